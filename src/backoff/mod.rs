@@ -1,0 +1,1 @@
+//! Decorrelated-jitter backoff, `Retry-After` parsing, retry loop and retry budget.

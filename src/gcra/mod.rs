@@ -1,0 +1,1 @@
+//! GCRA rate limiting.

@@ -1,0 +1,1 @@
+//! Vegas-style adaptive concurrency limiting.
