@@ -1,0 +1,67 @@
+//! [`RateLimiter`]: one quota for one key (a whole service, a single upstream), lock-free.
+
+use std::sync::atomic::AtomicU64;
+
+use super::algorithm::Gcra;
+use super::cell;
+use super::clock::{Clock, MonotonicClock};
+use super::decision::Decision;
+use super::error::GcraError;
+use super::quota::Quota;
+
+/// A GCRA rate limiter for a single key: one atomic word of state, one compare-and-swap per decision.
+///
+/// ```
+/// use flowguard::gcra::{Quota, RateLimiter};
+///
+/// let limiter = RateLimiter::new(Quota::per_second(100)?.with_burst(10)?);
+/// for _ in 0..10 {
+///     assert!(limiter.check()?.allowed);
+/// }
+/// assert!(!limiter.check()?.allowed); // the burst is spent
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug)]
+pub struct RateLimiter<C: Clock = MonotonicClock> {
+    gcra: Gcra,
+    quota: Quota,
+    tat: AtomicU64,
+    clock: C,
+}
+
+impl RateLimiter<MonotonicClock> {
+    /// A limiter on the real monotonic clock.
+    pub fn new(quota: Quota) -> Self {
+        RateLimiter::with_clock(quota, MonotonicClock::new())
+    }
+}
+
+impl<C: Clock> RateLimiter<C> {
+    /// A limiter reading time from `clock` (e.g. a [`ManualClock`](super::ManualClock) in tests).
+    pub fn with_clock(quota: Quota, clock: C) -> Self {
+        RateLimiter { gcra: Gcra::new(&quota), quota, tat: AtomicU64::new(0), clock }
+    }
+
+    /// Checks (and on success spends) one token.
+    #[inline]
+    pub fn check(&self) -> Result<Decision, GcraError> {
+        self.check_n(1)
+    }
+
+    /// Checks (and on success spends) `cost` tokens. `cost == 0` peeks without changing anything;
+    /// `cost > burst` is [`GcraError::InsufficientCapacity`].
+    #[inline]
+    pub fn check_n(&self, cost: u32) -> Result<Decision, GcraError> {
+        cell::spend(&self.gcra, &self.tat, self.clock.now_nanos(), cost)
+    }
+
+    /// The quota this limiter enforces.
+    pub fn quota(&self) -> &Quota {
+        &self.quota
+    }
+
+    /// The clock this limiter reads.
+    pub fn clock(&self) -> &C {
+        &self.clock
+    }
+}

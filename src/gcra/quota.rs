@@ -1,0 +1,216 @@
+//! [`Quota`]: how many tokens a key may spend, how fast they come back, and how many may be spent at once.
+
+use std::fmt;
+use std::time::Duration;
+
+/// The longest burst window (`burst * emission_interval`) a quota may span: 2^62 ns, about 146 years.
+///
+/// Time is kept as integer nanoseconds in a `u64`; capping the window at a quarter of that range
+/// leaves room for `now + 2 * window` without overflow for the lifetime of any process.
+pub const MAX_WINDOW: Duration = Duration::from_nanos(1 << 62);
+
+/// A rate limit: `rate` tokens per `period`, spent at most `burst` at a time.
+///
+/// The Generic Cell Rate Algorithm turns this into an *emission interval*
+/// `T = period / rate` (one token comes back every `T`) and a burst window `B * T`
+/// (how far ahead of now a key may have spent).
+///
+/// `T` is kept in whole nanoseconds, rounded **down** (a client that sends at exactly
+/// the nominal rate is never denied; the effective rate is higher than the nominal one by
+/// less than one part in `T / 1 ns`, i.e. below 10^-6 for any interval of a millisecond or more).
+/// [`Quota::emission_interval`] reports the interval actually enforced.
+///
+/// ```
+/// use flowguard::gcra::Quota;
+/// use std::time::Duration;
+///
+/// let q = Quota::per_second(10)?.with_burst(20)?;
+/// assert_eq!(q.emission_interval(), Duration::from_millis(100));
+/// assert_eq!(q.burst(), 20);
+///
+/// // 7 per minute does not divide a minute evenly; the interval is rounded down to whole ns.
+/// let q = Quota::per_minute(7)?;
+/// assert_eq!(q.emission_interval(), Duration::from_nanos(8_571_428_571));
+/// # Ok::<(), flowguard::gcra::QuotaError>(())
+/// ```
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Quota {
+    rate: u32,
+    period: Duration,
+    burst: u32,
+    interval_ns: u64,
+}
+
+/// Why a [`Quota`] could not be built. Each variant says what to change.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum QuotaError {
+    /// `rate` was 0: a quota must admit at least one token per period.
+    ZeroRate,
+    /// `period` was zero: use a positive period such as one second.
+    ZeroPeriod,
+    /// `burst` was 0: a burst of at least 1 is needed for any request to pass.
+    ZeroBurst,
+    /// `period / rate` is below the time resolution of the store.
+    IntervalTooShort {
+        /// The requested rate.
+        rate: u32,
+        /// The requested period.
+        period: Duration,
+        /// The smallest emission interval the store can represent.
+        resolution: Duration,
+    },
+    /// `burst * period / rate` exceeds [`MAX_WINDOW`].
+    WindowTooLong {
+        /// The burst window that was asked for (saturated at `Duration::MAX`).
+        window: Duration,
+    },
+}
+
+impl fmt::Display for QuotaError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            QuotaError::ZeroRate => f.write_str("quota rate is 0: use a rate of at least 1 token per period"),
+            QuotaError::ZeroPeriod => {
+                f.write_str("quota period is zero: use a positive period, e.g. Duration::from_secs(1)")
+            }
+            QuotaError::ZeroBurst => {
+                f.write_str("quota burst is 0: use a burst of at least 1 (a burst of 1 spaces requests evenly)")
+            }
+            QuotaError::IntervalTooShort { rate, period, resolution } => write!(
+                f,
+                "quota of {rate} per {period:?} gives an emission interval below {resolution:?}, \
+                 the store's time resolution: lower the rate or lengthen the period"
+            ),
+            QuotaError::WindowTooLong { window } => write!(
+                f,
+                "quota burst window (burst * period / rate) of {window:?} exceeds the maximum of {MAX_WINDOW:?}: \
+                 lower the burst or shorten the period"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for QuotaError {}
+
+impl Quota {
+    /// `rate` tokens per `period`, with a burst equal to `rate`.
+    pub fn new(rate: u32, period: Duration) -> Result<Quota, QuotaError> {
+        if rate == 0 {
+            return Err(QuotaError::ZeroRate);
+        }
+        if period.is_zero() {
+            return Err(QuotaError::ZeroPeriod);
+        }
+        let interval = period.as_nanos() / u128::from(rate);
+        if interval == 0 {
+            return Err(QuotaError::IntervalTooShort { rate, period, resolution: Duration::from_nanos(1) });
+        }
+        let interval_ns = u64::try_from(interval).map_err(|_| QuotaError::WindowTooLong { window: Duration::MAX })?;
+        Quota { rate, period, burst: rate, interval_ns }.checked()
+    }
+
+    /// `rate` tokens per second, burst `rate`.
+    pub fn per_second(rate: u32) -> Result<Quota, QuotaError> {
+        Quota::new(rate, Duration::from_secs(1))
+    }
+
+    /// `rate` tokens per minute, burst `rate`.
+    pub fn per_minute(rate: u32) -> Result<Quota, QuotaError> {
+        Quota::new(rate, Duration::from_secs(60))
+    }
+
+    /// `rate` tokens per hour, burst `rate`.
+    pub fn per_hour(rate: u32) -> Result<Quota, QuotaError> {
+        Quota::new(rate, Duration::from_secs(3600))
+    }
+
+    /// The same rate with a different burst: at most `burst` tokens may be spent at once.
+    pub fn with_burst(self, burst: u32) -> Result<Quota, QuotaError> {
+        if burst == 0 {
+            return Err(QuotaError::ZeroBurst);
+        }
+        Quota { burst, ..self }.checked()
+    }
+
+    fn checked(self) -> Result<Quota, QuotaError> {
+        let window = u128::from(self.interval_ns) * u128::from(self.burst);
+        if window > MAX_WINDOW.as_nanos() {
+            let window = u64::try_from(window).map_or(Duration::MAX, Duration::from_nanos);
+            return Err(QuotaError::WindowTooLong { window });
+        }
+        Ok(self)
+    }
+
+    /// Tokens per period, as configured.
+    pub fn rate(&self) -> u32 {
+        self.rate
+    }
+
+    /// The period, as configured.
+    pub fn period(&self) -> Duration {
+        self.period
+    }
+
+    /// The largest number of tokens that may be spent at once (`B`).
+    pub fn burst(&self) -> u32 {
+        self.burst
+    }
+
+    /// The enforced emission interval `T = period / rate`, rounded down to whole nanoseconds.
+    pub fn emission_interval(&self) -> Duration {
+        Duration::from_nanos(self.interval_ns)
+    }
+
+    /// `B * T`: the time it takes an idle key to go from empty to a full burst.
+    pub fn burst_window(&self) -> Duration {
+        Duration::from_nanos(self.interval_ns * u64::from(self.burst))
+    }
+
+    pub(crate) fn interval_nanos(&self) -> u64 {
+        self.interval_ns
+    }
+}
+
+impl fmt::Debug for Quota {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Quota")
+            .field("rate", &self.rate)
+            .field("period", &self.period)
+            .field("burst", &self.burst)
+            .field("emission_interval", &self.emission_interval())
+            .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn constructors_compute_the_interval() {
+        assert_eq!(Quota::per_second(10).unwrap().emission_interval(), Duration::from_millis(100));
+        assert_eq!(Quota::per_minute(60).unwrap().emission_interval(), Duration::from_secs(1));
+        assert_eq!(Quota::per_hour(1).unwrap().emission_interval(), Duration::from_secs(3600));
+        assert_eq!(Quota::per_second(3).unwrap().emission_interval(), Duration::from_nanos(333_333_333));
+        assert_eq!(Quota::per_second(5).unwrap().burst(), 5);
+    }
+
+    #[test]
+    fn invalid_quotas_are_typed_errors() {
+        assert_eq!(Quota::per_second(0), Err(QuotaError::ZeroRate));
+        assert_eq!(Quota::new(1, Duration::ZERO), Err(QuotaError::ZeroPeriod));
+        assert_eq!(Quota::per_second(1).unwrap().with_burst(0), Err(QuotaError::ZeroBurst));
+        assert!(matches!(Quota::new(10, Duration::from_nanos(5)), Err(QuotaError::IntervalTooShort { rate: 10, .. })));
+        assert!(matches!(Quota::new(1, Duration::MAX), Err(QuotaError::WindowTooLong { .. })));
+        assert!(matches!(Quota::per_hour(1).unwrap().with_burst(u32::MAX), Err(QuotaError::WindowTooLong { .. })));
+    }
+
+    #[test]
+    fn errors_say_what_to_change() {
+        let msg = Quota::per_second(0).unwrap_err().to_string();
+        assert!(msg.contains("at least 1"), "{msg}");
+        let msg = Quota::new(1, Duration::MAX).unwrap_err().to_string();
+        assert!(msg.contains("lower the burst"), "{msg}");
+    }
+}
