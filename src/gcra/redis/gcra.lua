@@ -1,0 +1,61 @@
+-- flowguard GCRA: one key, one string value (the TAT), O(1).
+--
+-- KEYS[1]  the limited identity (already prefixed and length-bounded by the client)
+-- ARGV[1]  emission interval T, in microseconds (integer >= 1)
+-- ARGV[2]  burst B (integer >= 1)
+-- ARGV[3]  cost n (integer, 0 <= n <= B; 0 peeks)
+-- ARGV[4]  now in microseconds since the flowguard epoch, or "" to use the server's TIME
+-- ARGV[5]  extra TTL in milliseconds added to the key's expiry (0 in server-time mode)
+--
+-- Time is an integer count of microseconds since 2023-11-14T22:13:20Z (unix 1700000000):
+-- about 10^14 today, far below 2^53, so Lua's doubles hold every value exactly for ~280 years.
+-- Numbers are written with string.format('%d') so no exponent notation ever reaches Redis.
+--
+-- Returns {allowed (0/1), remaining, retry_after_us (-1 when allowed), reset_after_us, now_us}.
+
+local interval = tonumber(ARGV[1])
+local burst = tonumber(ARGV[2])
+local cost = tonumber(ARGV[3])
+if not interval or interval < 1 or not burst or burst < 1 or not cost or cost < 0 then
+  return redis.error_reply('ERR flowguard: invalid quota arguments')
+end
+if cost > burst then
+  return redis.error_reply('ERR flowguard: cost exceeds burst')
+end
+
+local now
+if ARGV[4] == nil or ARGV[4] == '' then
+  local t = redis.call('TIME')
+  now = (tonumber(t[1]) - 1700000000) * 1000000 + tonumber(t[2])
+else
+  now = tonumber(ARGV[4])
+  if not now then
+    return redis.error_reply('ERR flowguard: invalid explicit time')
+  end
+end
+
+local window = interval * burst
+local tat = now
+local stored = redis.call('GET', KEYS[1])
+if stored then
+  local parsed = tonumber(stored)
+  if not parsed then
+    return redis.error_reply('ERR flowguard: key holds a value that is not a GCRA state')
+  end
+  if parsed > now then
+    tat = parsed
+  end
+end
+
+local candidate = tat + cost * interval
+if candidate - now <= window then
+  if cost > 0 then
+    local ttl_ms = math.ceil((candidate - now) / 1000) + (tonumber(ARGV[5]) or 0)
+    if ttl_ms < 1 then
+      ttl_ms = 1
+    end
+    redis.call('SET', KEYS[1], string.format('%d', candidate), 'PX', string.format('%d', ttl_ms))
+  end
+  return {1, math.floor((now + window - candidate) / interval), -1, candidate - now, now}
+end
+return {0, math.floor((now + window - tat) / interval), candidate - window - now, tat - now, now}
