@@ -30,12 +30,14 @@ use super::quota::{Quota, QuotaError};
 /// assert_eq!(step.new_tat, Some(100_000_000));
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Gcra {
     interval: u64,
     window: u64,
     burst: u32,
     tick_ns: u64,
+    /// `1 / interval`, to divide by the interval with a multiplication (then corrected to exact).
+    inv_interval: f64,
 }
 
 /// What [`Gcra::decide`] returns: the decision, and the TAT to store if anything changed.
@@ -50,8 +52,7 @@ pub struct Step {
 impl Gcra {
     /// The rule for `quota` with nanosecond ticks (the in-memory stores' resolution).
     pub fn new(quota: &Quota) -> Gcra {
-        let interval = quota.interval_nanos();
-        Gcra { interval, window: interval * u64::from(quota.burst()), burst: quota.burst(), tick_ns: 1 }
+        Gcra::from_ticks(quota.interval_nanos(), quota.burst(), 1)
     }
 
     /// The rule for `quota` with ticks of `tick` (e.g. one microsecond for the Redis store, whose
@@ -63,7 +64,13 @@ impl Gcra {
         if interval == 0 {
             return Err(QuotaError::IntervalTooShort { rate: quota.rate(), period: quota.period(), resolution: tick });
         }
-        Ok(Gcra { interval, window: interval * u64::from(quota.burst()), burst: quota.burst(), tick_ns })
+        Ok(Gcra::from_ticks(interval, quota.burst(), tick_ns))
+    }
+
+    fn from_ticks(interval: u64, burst: u32, tick_ns: u64) -> Gcra {
+        // A valid Quota guarantees interval >= 1 and interval * burst <= MAX_WINDOW.
+        let window = interval.saturating_mul(u64::from(burst));
+        Gcra { interval, window, burst, tick_ns, inv_interval: 1.0 / interval as f64 }
     }
 
     /// The emission interval `T` in ticks.
@@ -100,15 +107,24 @@ impl Gcra {
         } else {
             (base, None, Some(self.ticks(candidate - self.window - now)))
         };
-        let remaining = (now + self.window).saturating_sub(tat_after) / self.interval;
-        let decision = Decision::new(
-            allowed,
-            self.burst,
-            u32::try_from(remaining).unwrap_or(self.burst),
-            retry_after,
-            self.ticks(tat_after - now),
-        );
+        let remaining = self.whole_intervals((now + self.window).saturating_sub(tat_after));
+        let decision = Decision::new(allowed, self.burst, remaining, retry_after, self.ticks(tat_after - now));
         Ok(Step { decision, new_tat })
+    }
+
+    /// `floor(x / interval)` for `x <= window`, exact, without a hardware division on the hot path:
+    /// the f64 estimate is off by far less than one (the quotient is at most `burst < 2^32`),
+    /// so one correction step makes it exact.
+    #[inline]
+    fn whole_intervals(&self, x: u64) -> u32 {
+        let x = x.min(self.window);
+        let mut q = (x as f64 * self.inv_interval) as u64;
+        if q * self.interval > x {
+            q -= 1;
+        } else if (q + 1) * self.interval <= x {
+            q += 1;
+        }
+        q as u32
     }
 
     #[inline]
@@ -165,5 +181,23 @@ mod tests {
         let s = g.decide(0, 0, 1).unwrap();
         assert_eq!(s.decision.reset_after, Duration::from_micros(333_333));
         assert!(Gcra::with_resolution(&Quota::per_second(2_000_000).unwrap(), Duration::from_micros(1)).is_err());
+    }
+
+    #[test]
+    fn whole_intervals_is_exact_division() {
+        for (rate, period, burst) in
+            [(3u32, 1u64, 7u32), (7, 60, 1000), (1, 3600, 1), (1000, 1, 4_000_000), (997, 1, u32::MAX / 2)]
+        {
+            let q = Quota::new(rate, Duration::from_secs(period)).unwrap();
+            let Ok(q) = q.with_burst(burst) else { continue };
+            let g = Gcra::new(&q);
+            let t = g.interval_ticks();
+            for k in [0u64, 1, 2, u64::from(burst) / 2, u64::from(burst) - 1, u64::from(burst)] {
+                for delta in [0i64, 1, -1, (t / 2) as i64] {
+                    let x = (k * t).saturating_add_signed(delta).min(g.window_ticks());
+                    assert_eq!(u64::from(g.whole_intervals(x)), x / t, "x={x} t={t}");
+                }
+            }
+        }
     }
 }

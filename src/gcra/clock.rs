@@ -16,14 +16,14 @@ pub trait Clock: Send + Sync {
 #[derive(Clone, Debug)]
 pub struct MonotonicClock {
     clock: quanta::Clock,
-    start: quanta::Instant,
+    start: u64,
 }
 
 impl MonotonicClock {
     /// A clock whose zero is now.
     pub fn new() -> MonotonicClock {
         let clock = quanta::Clock::new();
-        let start = clock.now();
+        let start = clock.raw();
         MonotonicClock { clock, start }
     }
 }
@@ -37,8 +37,7 @@ impl Default for MonotonicClock {
 impl Clock for MonotonicClock {
     #[inline]
     fn now_nanos(&self) -> u64 {
-        let elapsed = self.clock.now().saturating_duration_since(self.start);
-        u64::try_from(elapsed.as_nanos()).unwrap_or(u64::MAX)
+        self.clock.delta_as_nanos(self.start, self.clock.raw())
     }
 }
 

@@ -1,8 +1,8 @@
 //! [`KeyedRateLimiter`]: one quota per key for many keys, in bounded memory.
 //!
-//! Keys live in shards, each a dense slab of `(TAT, hash, key)` slots plus a hash index of slot
-//! numbers. Checking a known key takes a shard read lock and one compare-and-swap on the key's
-//! TAT. Inserting a new key takes the shard's write lock and first sweeps a couple of slots from a
+//! Keys live in shards, each an open-addressing hash table of `(key, TAT)` slots (16 bytes for a
+//! `u64` key). Checking a known key takes a shard read lock and one compare-and-swap on the key's
+//! TAT. Inserting a new key takes the shard's write lock and first sweeps a few buckets from a
 //! rolling cursor, removing keys whose TAT is in the past (they carry no information: an absent
 //! key and an expired key decide the same). Reclamation is thus incremental and paid by inserts,
 //! never a stop-the-world scan on the hot path, and memory is bounded by `max_keys`.
@@ -25,7 +25,7 @@ use super::quota::Quota;
 pub const DEFAULT_MAX_KEYS: usize = 1 << 20;
 
 /// Slots examined from the sweep cursor on every insertion of a new key.
-const SWEEP_PER_INSERT: usize = 2;
+const SWEEP_PER_INSERT: usize = 4;
 /// Extra slots examined when a shard is full before its overflow policy applies.
 const SWEEP_WHEN_FULL: usize = 64;
 /// Fewest keys a shard is sized for; small stores get fewer shards so `max_keys` stays exact.
@@ -80,15 +80,14 @@ pub struct KeyedRateLimiter<K, C: Clock = MonotonicClock> {
 struct Padded<T>(T);
 
 struct Shard<K> {
-    index: HashTable<u32>,
-    slots: Vec<Slot<K>>,
+    table: HashTable<Slot<K>>,
+    /// The next bucket the incremental sweep examines.
     cursor: usize,
 }
 
 struct Slot<K> {
-    tat: AtomicU64,
-    hash: u64,
     key: K,
+    tat: AtomicU64,
 }
 
 /// Configures a [`KeyedRateLimiter`].
@@ -125,15 +124,14 @@ impl<C: Clock> KeyedRateLimiterBuilder<C> {
         }
         let shards = (self.max_keys / MIN_KEYS_PER_SHARD).clamp(1, MAX_SHARDS).next_power_of_two();
         let shards = if shards > MAX_SHARDS { shards / 2 } else { shards };
-        let shard_capacity = self.max_keys.div_ceil(shards).min(u32::MAX as usize);
+        // Rounded down, so the shards together never hold more than max_keys.
+        let shard_capacity = (self.max_keys / shards).min(u32::MAX as usize);
         Ok(KeyedRateLimiter {
             gcra: Gcra::new(&self.quota),
             quota: self.quota,
             clock: self.clock,
             hasher: DefaultHashBuilder::default(),
-            shards: (0..shards)
-                .map(|_| Padded(RwLock::new(Shard { index: HashTable::new(), slots: Vec::new(), cursor: 0 })))
-                .collect(),
+            shards: (0..shards).map(|_| Padded(RwLock::new(Shard { table: HashTable::new(), cursor: 0 }))).collect(),
             shard_shift: 64 - shards.trailing_zeros(),
             shard_capacity,
             max_keys: self.max_keys,
@@ -170,6 +168,11 @@ impl KeyedRateLimiterBuilder<MonotonicClock> {
 }
 
 impl<K: Hash + Eq, C: Clock> KeyedRateLimiter<K, C> {
+    #[inline]
+    fn rehash(&self) -> impl Fn(&Slot<K>) -> u64 + '_ {
+        |slot| self.hasher.hash_one(&slot.key)
+    }
+
     /// Checks (and on success spends) one token for `key`.
     #[inline]
     pub fn check_key<Q>(&self, key: &Q) -> Result<Decision, GcraError>
@@ -192,8 +195,8 @@ impl<K: Hash + Eq, C: Clock> KeyedRateLimiter<K, C> {
         let shard = &self.shards[self.shard_of(hash)].0;
         {
             let s = shard.read();
-            if let Some(&i) = s.index.find(hash, |&i| s.slots[i as usize].key.borrow() == key) {
-                return cell::spend(&self.gcra, &s.slots[i as usize].tat, now, cost);
+            if let Some(slot) = s.table.find(hash, |slot| slot.key.borrow() == key) {
+                return cell::spend(&self.gcra, &slot.tat, now, cost);
             }
         }
         // An unknown key decides as an idle one; only a spend needs storing.
@@ -202,21 +205,21 @@ impl<K: Hash + Eq, C: Clock> KeyedRateLimiter<K, C> {
             return Ok(step.decision);
         };
         let mut s = shard.write();
-        if let Some(&i) = s.index.find(hash, |&i| s.slots[i as usize].key.borrow() == key) {
+        if let Some(slot) = s.table.find(hash, |slot| slot.key.borrow() == key) {
             // Inserted by another thread meanwhile.
-            return cell::spend(&self.gcra, &s.slots[i as usize].tat, now, cost);
+            return cell::spend(&self.gcra, &slot.tat, now, cost);
         }
         s.sweep(now, SWEEP_PER_INSERT);
-        if s.slots.len() >= self.shard_capacity {
+        if s.table.len() >= self.shard_capacity {
             s.sweep(now, SWEEP_WHEN_FULL);
-            if s.slots.len() >= self.shard_capacity {
+            if s.table.len() >= self.shard_capacity {
                 return match self.overflow {
                     Overflow::Reject => Err(GcraError::KeyLimitReached { max_keys: self.max_keys }),
                     Overflow::AllowUntracked => Ok(step.decision.degraded(Degradation::FailOpen)),
                 };
             }
         }
-        s.insert(hash, key.to_owned(), new_tat);
+        s.table.insert_unique(hash, Slot { key: key.to_owned(), tat: AtomicU64::new(new_tat) }, self.rehash());
         Ok(step.decision)
     }
 
@@ -227,14 +230,13 @@ impl<K: Hash + Eq, C: Clock> KeyedRateLimiter<K, C> {
         let mut removed = 0;
         for shard in self.shards.iter() {
             let mut s = shard.0.write();
-            let before = s.slots.len();
+            let before = s.table.len();
             s.cursor = 0;
-            s.sweep(now, before);
-            removed += before - s.slots.len();
-            if s.slots.capacity() > 64 && s.slots.len() < s.slots.capacity() / 4 {
-                s.slots.shrink_to_fit();
-                let Shard { index, slots, .. } = &mut *s;
-                index.shrink_to_fit(|&i| slots[i as usize].hash);
+            let buckets = s.table.num_buckets();
+            s.sweep(now, buckets);
+            removed += before - s.table.len();
+            if s.table.num_buckets() > 64 && s.table.len() < s.table.num_buckets() / 4 {
+                s.table.shrink_to_fit(self.rehash());
             }
         }
         removed
@@ -242,7 +244,7 @@ impl<K: Hash + Eq, C: Clock> KeyedRateLimiter<K, C> {
 
     /// The number of keys stored (live or not yet reclaimed).
     pub fn len(&self) -> usize {
-        self.shards.iter().map(|s| s.0.read().slots.len()).sum()
+        self.shards.iter().map(|s| s.0.read().table.len()).sum()
     }
 
     /// Whether no key is stored.
@@ -273,43 +275,23 @@ impl<K: Hash + Eq, C: Clock> KeyedRateLimiter<K, C> {
 }
 
 impl<K> Shard<K> {
-    /// Examines up to `budget` slots from the cursor, removing those whose TAT is not after `now`.
+    /// Examines up to `budget` buckets from the cursor, removing keys whose TAT is not after `now`.
     fn sweep(&mut self, now: u64, budget: usize) {
+        let buckets = self.table.num_buckets();
         for _ in 0..budget {
-            if self.slots.is_empty() {
+            if self.table.is_empty() {
                 return;
             }
-            if self.cursor >= self.slots.len() {
+            if self.cursor >= buckets {
                 self.cursor = 0;
             }
-            if self.slots[self.cursor].tat.load(Ordering::Acquire) <= now {
-                self.remove_at(self.cursor);
-            } else {
-                self.cursor += 1;
+            if let Ok(entry) = self.table.get_bucket_entry(self.cursor)
+                && entry.get().tat.load(Ordering::Acquire) <= now
+            {
+                entry.remove();
             }
+            self.cursor += 1;
         }
-    }
-
-    fn remove_at(&mut self, i: usize) {
-        let hash = self.slots[i].hash;
-        if let Ok(entry) = self.index.find_entry(hash, |&j| j as usize == i) {
-            entry.remove();
-        }
-        let last = self.slots.len() - 1;
-        if i != last {
-            let moved = self.slots[last].hash;
-            if let Some(j) = self.index.find_mut(moved, |&j| j as usize == last) {
-                *j = i as u32;
-            }
-        }
-        self.slots.swap_remove(i);
-    }
-
-    fn insert(&mut self, hash: u64, key: K, tat: u64) {
-        let i = self.slots.len() as u32;
-        self.slots.push(Slot { tat: AtomicU64::new(tat), hash, key });
-        let Shard { index, slots, .. } = self;
-        index.insert_unique(hash, i, |&j| slots[j as usize].hash);
     }
 }
 

@@ -1,0 +1,116 @@
+//! The keyed store stays bounded: expired keys are reclaimed, and a full store obeys its overflow policy.
+
+use std::time::Duration;
+
+use flowguard::gcra::{Degradation, GcraError, KeyedRateLimiter, ManualClock, Overflow, Quota};
+
+#[test]
+fn a_million_distinct_keys_do_not_grow_memory_without_bound() {
+    // An attacker sends a million distinct keys, one per microsecond; each key's TAT is 1 s ahead.
+    let clock = ManualClock::new();
+    let max_keys = 50_000;
+    let limiter = KeyedRateLimiter::builder(Quota::per_second(1).unwrap())
+        .max_keys(max_keys)
+        .clock(clock.clone())
+        .build::<u64>()
+        .unwrap();
+    let mut rejected = 0u64;
+    for key in 0..1_000_000u64 {
+        clock.advance(Duration::from_micros(25));
+        match limiter.check_key(&key) {
+            Ok(d) => assert!(d.allowed),
+            Err(GcraError::KeyLimitReached { max_keys: m }) => {
+                assert_eq!(m, max_keys);
+                rejected += 1;
+            }
+            Err(e) => panic!("{e}"),
+        }
+        if key % 10_000 == 0 {
+            assert!(limiter.len() <= max_keys, "len {} at key {key}", limiter.len());
+        }
+    }
+    // 1 s of keys at 25 us is 40,000 live keys at any time, 80% of the bound. Expired keys are
+    // swept as new ones arrive, so (almost) nothing is rejected.
+    eprintln!("rejected {rejected}, len {}", limiter.len());
+    assert!(limiter.len() <= max_keys);
+    assert!(rejected < 1_000, "rejected {rejected} of 1M keys although most had expired");
+}
+
+#[test]
+fn expired_keys_are_reclaimed_incrementally_by_inserts() {
+    let clock = ManualClock::new();
+    let limiter =
+        KeyedRateLimiter::builder(Quota::per_second(10).unwrap()).clock(clock.clone()).build::<u32>().unwrap();
+    for k in 0..1000 {
+        limiter.check_key(&k).unwrap();
+    }
+    assert_eq!(limiter.len(), 1000);
+    clock.advance(Duration::from_secs(1)); // all 1000 TATs are now in the past
+    for k in 1000..3000 {
+        limiter.check_key(&k).unwrap();
+    }
+    // Each insert sweeps four slots: the 2000 inserts have removed every expired key.
+    assert_eq!(limiter.len(), 2000);
+}
+
+#[test]
+fn reclaim_sweeps_everything_expired() {
+    let clock = ManualClock::new();
+    let limiter =
+        KeyedRateLimiter::builder(Quota::per_second(10).unwrap()).clock(clock.clone()).build::<String>().unwrap();
+    for k in 0..500 {
+        limiter.check_key(format!("user-{k}").as_str()).unwrap();
+    }
+    clock.advance(Duration::from_millis(50));
+    limiter.check_key_n("busy", 10).unwrap(); // TAT 1 s ahead: stays
+    clock.advance(Duration::from_millis(60)); // the 500 (TAT 100 ms) have expired
+    assert_eq!(limiter.reclaim(), 500);
+    assert_eq!(limiter.len(), 1);
+    // The survivor's state is intact.
+    assert!(!limiter.check_key("busy").unwrap().allowed);
+}
+
+#[test]
+fn a_full_store_rejects_new_keys_but_keeps_limiting_known_ones() {
+    let clock = ManualClock::new();
+    let limiter = KeyedRateLimiter::builder(Quota::per_minute(1).unwrap())
+        .max_keys(100)
+        .clock(clock.clone())
+        .build::<u32>()
+        .unwrap();
+    for k in 0..100 {
+        assert!(limiter.check_key(&k).unwrap().allowed);
+    }
+    assert_eq!(limiter.check_key(&1000), Err(GcraError::KeyLimitReached { max_keys: 100 }));
+    assert!(!limiter.check_key(&5).unwrap().allowed, "known keys stay limited");
+    let msg = limiter.check_key(&1000).unwrap_err().to_string();
+    assert!(msg.contains("raise max_keys"), "{msg}");
+    // Peeking at an unknown key never needs room.
+    assert!(limiter.check_key_n(&1000, 0).unwrap().allowed);
+    // Once keys expire there is room again.
+    clock.advance(Duration::from_secs(60));
+    assert!(limiter.check_key(&1000).unwrap().allowed);
+}
+
+#[test]
+fn allow_untracked_fails_open_and_says_so() {
+    let limiter = KeyedRateLimiter::builder(Quota::per_minute(1).unwrap())
+        .max_keys(10)
+        .overflow(Overflow::AllowUntracked)
+        .clock(ManualClock::new())
+        .build::<u32>()
+        .unwrap();
+    for k in 0..10 {
+        assert_eq!(limiter.check_key(&k).unwrap().degraded, None);
+    }
+    let d = limiter.check_key(&99).unwrap();
+    assert!(d.allowed);
+    assert_eq!(d.degraded, Some(Degradation::FailOpen));
+    assert_eq!(limiter.len(), 10);
+}
+
+#[test]
+fn zero_max_keys_is_a_config_error() {
+    let err = KeyedRateLimiter::builder(Quota::per_second(1).unwrap()).max_keys(0).build::<u32>().unwrap_err();
+    assert!(err.to_string().contains("at least one key"));
+}
