@@ -108,10 +108,11 @@ proptest! {
         let mut admitted: Vec<(u128, u128)> = vec![];
         for (step, cost) in trace {
             clock.advance(Duration::from_millis(step));
-            if let Ok(d) = limiter.check_n(cost) {
-                if d.allowed && cost > 0 {
-                    admitted.push((clock.elapsed().as_nanos(), u128::from(cost)));
-                }
+            if let Ok(d) = limiter.check_n(cost)
+                && d.allowed
+                && cost > 0
+            {
+                admitted.push((clock.elapsed().as_nanos(), u128::from(cost)));
             }
         }
         // Bound against the *nominal* interval period/rate (exact rational arithmetic).
