@@ -35,8 +35,11 @@ mod decision;
 mod error;
 mod headers;
 mod keyed;
+#[cfg(feature = "tower")]
+pub mod layer;
 mod limiter;
 mod quota;
+mod store;
 
 pub use algorithm::{Gcra, Step};
 pub use clock::{Clock, ManualClock, MonotonicClock};
@@ -46,3 +49,4 @@ pub use headers::{RATELIMIT_LIMIT, RATELIMIT_REMAINING, RATELIMIT_RESET};
 pub use keyed::{DEFAULT_MAX_KEYS, KeyedRateLimiter, KeyedRateLimiterBuilder, Overflow};
 pub use limiter::RateLimiter;
 pub use quota::{MAX_WINDOW, Quota, QuotaError};
+pub use store::{BoxFuture, RateLimitStore};
