@@ -1,18 +1,13 @@
 //! [`KeyedRateLimiter`]: one quota per key for many keys, in bounded memory.
 //!
-//! Keys live in shards, each an open-addressing hash table of `(key, TAT)` slots (16 bytes for a
-//! `u64` key). Checking a known key takes a shard read lock and one compare-and-swap on the key's
-//! TAT. Inserting a new key takes the shard's write lock and first sweeps a few buckets from a
-//! rolling cursor, removing keys whose TAT is in the past (they carry no information: an absent
-//! key and an expired key decide the same). Reclamation is thus incremental and paid by inserts,
-//! never a stop-the-world scan on the hot path, and memory is bounded by `max_keys`.
+//! Each key's state is one atomic word (its TAT) in a sharded, bounded [`Table`]: checking a
+//! known key takes a shard read lock and one compare-and-swap. Keys whose TAT is in the past carry
+//! no information (an absent key and an expired key decide the same) and are reclaimed
+//! incrementally as new keys arrive.
 
 use std::borrow::Borrow;
-use std::hash::{BuildHasher, Hash};
+use std::hash::Hash;
 use std::sync::atomic::{AtomicU64, Ordering};
-
-use hashbrown::{DefaultHashBuilder, HashTable};
-use parking_lot::RwLock;
 
 use super::algorithm::Gcra;
 use super::cell;
@@ -20,18 +15,10 @@ use super::clock::{Clock, MonotonicClock};
 use super::decision::{Decision, Degradation};
 use super::error::{ConfigError, GcraError};
 use super::quota::Quota;
+use super::table::{Expiring, Table};
 
 /// Default [`KeyedRateLimiterBuilder::max_keys`]: 2^20 (about one million) live keys.
 pub const DEFAULT_MAX_KEYS: usize = 1 << 20;
-
-/// Slots examined from the sweep cursor on every insertion of a new key.
-const SWEEP_PER_INSERT: usize = 4;
-/// Extra slots examined when a shard is full before its overflow policy applies.
-const SWEEP_WHEN_FULL: usize = 64;
-/// Fewest keys a shard is sized for; small stores get fewer shards so `max_keys` stays exact.
-const MIN_KEYS_PER_SHARD: usize = 1024;
-/// Most shards a store uses.
-const MAX_SHARDS: usize = 64;
 
 /// What a full [`KeyedRateLimiter`] does with a key it is not tracking.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -68,26 +55,19 @@ pub struct KeyedRateLimiter<K, C: Clock = MonotonicClock> {
     gcra: Gcra,
     quota: Quota,
     clock: C,
-    hasher: DefaultHashBuilder,
-    shards: Box<[Padded<RwLock<Shard<K>>>]>,
-    shard_shift: u32,
-    shard_capacity: usize,
+    table: Table<K, Tat>,
     max_keys: usize,
     overflow: Overflow,
 }
 
-#[repr(align(128))]
-struct Padded<T>(T);
+/// A key's Theoretical Arrival Time, in nanoseconds of the limiter's clock.
+struct Tat(AtomicU64);
 
-struct Shard<K> {
-    table: HashTable<Slot<K>>,
-    /// The next bucket the incremental sweep examines.
-    cursor: usize,
-}
-
-struct Slot<K> {
-    key: K,
-    tat: AtomicU64,
+impl Expiring for Tat {
+    #[inline]
+    fn is_expired(&self, now: u64) -> bool {
+        self.0.load(Ordering::Acquire) <= now
+    }
 }
 
 /// Configures a [`KeyedRateLimiter`].
@@ -122,18 +102,11 @@ impl<C: Clock> KeyedRateLimiterBuilder<C> {
         if self.max_keys == 0 {
             return Err(ConfigError::ZeroMaxKeys);
         }
-        let shards = (self.max_keys / MIN_KEYS_PER_SHARD).clamp(1, MAX_SHARDS).next_power_of_two();
-        let shards = if shards > MAX_SHARDS { shards / 2 } else { shards };
-        // Rounded down, so the shards together never hold more than max_keys.
-        let shard_capacity = (self.max_keys / shards).min(u32::MAX as usize);
         Ok(KeyedRateLimiter {
             gcra: Gcra::new(&self.quota),
             quota: self.quota,
             clock: self.clock,
-            hasher: DefaultHashBuilder::default(),
-            shards: (0..shards).map(|_| Padded(RwLock::new(Shard { table: HashTable::new(), cursor: 0 }))).collect(),
-            shard_shift: 64 - shards.trailing_zeros(),
-            shard_capacity,
+            table: Table::new(self.max_keys),
             max_keys: self.max_keys,
             overflow: self.overflow,
         })
@@ -168,11 +141,6 @@ impl KeyedRateLimiterBuilder<MonotonicClock> {
 }
 
 impl<K: Hash + Eq, C: Clock> KeyedRateLimiter<K, C> {
-    #[inline]
-    fn rehash(&self) -> impl Fn(&Slot<K>) -> u64 + '_ {
-        |slot| self.hasher.hash_one(&slot.key)
-    }
-
     /// Checks (and on success spends) one token for `key`.
     #[inline]
     pub fn check_key<Q>(&self, key: &Q) -> Result<Decision, GcraError>
@@ -191,60 +159,39 @@ impl<K: Hash + Eq, C: Clock> KeyedRateLimiter<K, C> {
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
         let now = self.clock.now_nanos();
-        let hash = self.hasher.hash_one(key);
-        let shard = &self.shards[self.shard_of(hash)].0;
-        {
-            let s = shard.read();
-            if let Some(slot) = s.table.find(hash, |slot| slot.key.borrow() == key) {
-                return cell::spend(&self.gcra, &slot.tat, now, cost);
-            }
+        let hash = self.table.hash(key);
+        if let Some(decision) = self.table.with(hash, key, |tat| cell::spend(&self.gcra, &tat.0, now, cost)) {
+            return decision;
         }
         // An unknown key decides as an idle one; only a spend needs storing.
         let step = self.gcra.decide(0, now, cost)?;
         let Some(new_tat) = step.new_tat else {
             return Ok(step.decision);
         };
-        let mut s = shard.write();
-        if let Some(slot) = s.table.find(hash, |slot| slot.key.borrow() == key) {
-            // Inserted by another thread meanwhile.
-            return cell::spend(&self.gcra, &slot.tat, now, cost);
+        let stored = self.table.with_or_insert(
+            hash,
+            key,
+            now,
+            || Tat(AtomicU64::new(new_tat)),
+            // Inserted by another thread meanwhile: spend against its state instead.
+            |tat, inserted| if inserted { Ok(step.decision) } else { cell::spend(&self.gcra, &tat.0, now, cost) },
+        );
+        match (stored, self.overflow) {
+            (Ok(decision), _) => decision,
+            (Err(_full), Overflow::Reject) => Err(GcraError::KeyLimitReached { max_keys: self.max_keys }),
+            (Err(_full), Overflow::AllowUntracked) => Ok(step.decision.degraded(Degradation::FailOpen)),
         }
-        s.sweep(now, SWEEP_PER_INSERT);
-        if s.table.len() >= self.shard_capacity {
-            s.sweep(now, SWEEP_WHEN_FULL);
-            if s.table.len() >= self.shard_capacity {
-                return match self.overflow {
-                    Overflow::Reject => Err(GcraError::KeyLimitReached { max_keys: self.max_keys }),
-                    Overflow::AllowUntracked => Ok(step.decision.degraded(Degradation::FailOpen)),
-                };
-            }
-        }
-        s.table.insert_unique(hash, Slot { key: key.to_owned(), tat: AtomicU64::new(new_tat) }, self.rehash());
-        Ok(step.decision)
     }
 
     /// Removes every key whose TAT has passed, shard by shard, and returns how many were removed.
     /// Releases memory of shards that shrank a lot.
     pub fn reclaim(&self) -> usize {
-        let now = self.clock.now_nanos();
-        let mut removed = 0;
-        for shard in self.shards.iter() {
-            let mut s = shard.0.write();
-            let before = s.table.len();
-            s.cursor = 0;
-            let buckets = s.table.num_buckets();
-            s.sweep(now, buckets);
-            removed += before - s.table.len();
-            if s.table.num_buckets() > 64 && s.table.len() < s.table.num_buckets() / 4 {
-                s.table.shrink_to_fit(self.rehash());
-            }
-        }
-        removed
+        self.table.reclaim(self.clock.now_nanos())
     }
 
     /// The number of keys stored (live or not yet reclaimed).
     pub fn len(&self) -> usize {
-        self.shards.iter().map(|s| s.0.read().table.len()).sum()
+        self.table.len()
     }
 
     /// Whether no key is stored.
@@ -266,33 +213,6 @@ impl<K: Hash + Eq, C: Clock> KeyedRateLimiter<K, C> {
     pub fn clock(&self) -> &C {
         &self.clock
     }
-
-    #[inline]
-    fn shard_of(&self, hash: u64) -> usize {
-        // The index uses the low bits and the top 7; the shard takes bits just below the top.
-        if self.shards.len() == 1 { 0 } else { ((hash << 7) >> self.shard_shift) as usize }
-    }
-}
-
-impl<K> Shard<K> {
-    /// Examines up to `budget` buckets from the cursor, removing keys whose TAT is not after `now`.
-    fn sweep(&mut self, now: u64, budget: usize) {
-        let buckets = self.table.num_buckets();
-        for _ in 0..budget {
-            if self.table.is_empty() {
-                return;
-            }
-            if self.cursor >= buckets {
-                self.cursor = 0;
-            }
-            if let Ok(entry) = self.table.get_bucket_entry(self.cursor)
-                && entry.get().tat.load(Ordering::Acquire) <= now
-            {
-                entry.remove();
-            }
-            self.cursor += 1;
-        }
-    }
 }
 
 impl<K, C: Clock> std::fmt::Debug for KeyedRateLimiter<K, C> {
@@ -300,7 +220,7 @@ impl<K, C: Clock> std::fmt::Debug for KeyedRateLimiter<K, C> {
         f.debug_struct("KeyedRateLimiter")
             .field("quota", &self.quota)
             .field("max_keys", &self.max_keys)
-            .field("shards", &self.shards.len())
+            .field("shards", &self.table.shard_count())
             .field("overflow", &self.overflow)
             .finish_non_exhaustive()
     }

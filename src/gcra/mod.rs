@@ -40,6 +40,7 @@ pub mod layer;
 mod limiter;
 mod quota;
 mod store;
+mod table;
 
 pub use algorithm::{Gcra, Step};
 pub use clock::{Clock, ManualClock, MonotonicClock};

@@ -8,6 +8,7 @@ use super::clock::Clock;
 use super::decision::Decision;
 use super::error::GcraError;
 use super::keyed::KeyedRateLimiter;
+use super::quota::Quota;
 
 /// A boxed, `Send` future, as returned by [`RateLimitStore::check`].
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
@@ -29,6 +30,9 @@ pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 pub trait RateLimitStore: Send + Sync {
     /// Checks (and on success spends) `cost` tokens for `key`, with the store's quota.
     fn check<'a>(&'a self, key: &'a [u8], cost: u32) -> BoxFuture<'a, Result<Decision, GcraError>>;
+
+    /// The quota every key of this store gets.
+    fn quota(&self) -> Quota;
 }
 
 /// The in-memory keyed limiter with byte keys decides without I/O; the future is ready at once.
@@ -36,10 +40,18 @@ impl<C: Clock> RateLimitStore for KeyedRateLimiter<Vec<u8>, C> {
     fn check<'a>(&'a self, key: &'a [u8], cost: u32) -> BoxFuture<'a, Result<Decision, GcraError>> {
         Box::pin(std::future::ready(self.check_key_n(key, cost)))
     }
+
+    fn quota(&self) -> Quota {
+        *KeyedRateLimiter::quota(self)
+    }
 }
 
 impl<S: RateLimitStore + ?Sized> RateLimitStore for std::sync::Arc<S> {
     fn check<'a>(&'a self, key: &'a [u8], cost: u32) -> BoxFuture<'a, Result<Decision, GcraError>> {
         (**self).check(key, cost)
+    }
+
+    fn quota(&self) -> Quota {
+        (**self).quota()
     }
 }
