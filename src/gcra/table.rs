@@ -32,13 +32,16 @@ pub(crate) struct Full;
 
 pub(crate) struct Table<K, V> {
     hasher: DefaultHashBuilder,
-    shards: Box<[Padded<RwLock<Shard<K, V>>>]>,
+    shards: Box<[LockedShard<K, V>]>,
     shard_shift: u32,
     shard_capacity: usize,
 }
 
+/// A shard on its own cache lines, so locking one does not slow its neighbours.
 #[repr(align(128))]
 struct Padded<T>(T);
+
+type LockedShard<K, V> = Padded<RwLock<Shard<K, V>>>;
 
 struct Shard<K, V> {
     table: HashTable<(K, V)>,
