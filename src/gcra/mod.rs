@@ -41,6 +41,7 @@ mod limiter;
 mod quota;
 mod store;
 mod table;
+pub mod two_tier;
 
 pub use algorithm::{Gcra, Step};
 pub use clock::{Clock, ManualClock, MonotonicClock};

@@ -1,0 +1,35 @@
+//! Two-tier GCRA: each instance reserves tokens from the shared (Redis) quota in batches and
+//! spends them locally, so most decisions need no round trip.
+//!
+//! How it works, per key:
+//!
+//! * A request of cost `n <= batch` is decided from the local reservoir. When the reservoir falls
+//!   below the refill threshold (default 20% of the batch), **one** background reservation of
+//!   `batch` tokens is started (never more than one in flight per key). When it is empty, one
+//!   caller reserves inline and concurrent callers wait for that same reservation.
+//! * A denied reservation makes local decisions deny with the `retry_after` the store gave,
+//!   without asking the store again until then.
+//! * Reserved tokens stand for time slots of the global quota; they are dropped once they are
+//!   `max_token_age` old (default: the quota's burst window `B*T`, the time the global quota
+//!   takes to forget a whole burst), so an idle instance cannot hoard them.
+//! * When the store fails, its own failure policy answers the reservation (fail open, fail
+//!   closed, local fallback); tokens already on hand keep being served.
+//! * Reservoirs are kept in a bounded table like the in-memory limiter's; idle ones are reclaimed.
+//!
+//! What a [`Decision`](crate::gcra::Decision) means here: `allowed`, `retry_after` and `limit`
+//! (the global burst) as usual; **`remaining` counts the tokens left in this instance's
+//! reservoir**, not globally; `reset_after` is the store's answer to the last reservation, aged
+//! by the local clock.
+//!
+//! Accuracy: the shared store never grants more than `B + t/T` tokens in any window of length `t`
+//! (plus the round-trip time), and every token an instance spends was granted to it. An instance
+//! holds at most `batch + refill_below` unspent tokens, so in any window at most
+//! `B + t/T + N * (batch + refill_below)` tokens are admitted across `N` instances; a run that
+//! starts from empty reservoirs admits at most `B + t/T`.
+
+mod config;
+mod limiter;
+mod reservoir;
+
+pub use config::{TwoTierConfig, TwoTierConfigError, ValidConfig};
+pub use limiter::TwoTierLimiter;
