@@ -1,6 +1,5 @@
 //! [`TwoTierLimiter`]: spend tokens locally, reserve them from a shared store in batches.
 
-use std::future::Future;
 use std::pin::pin;
 use std::sync::Arc;
 
@@ -167,24 +166,19 @@ impl<S: RateLimitStore, C: Clock> Shared<S, C> {
     }
 
     /// Reserves a batch for `key` and applies the answer; wakes everyone waiting on the slot.
-    fn reserve<'a>(&'a self, key: &'a [u8], slot: &'a Slot) -> impl Future<Output = Result<(), GcraError>> + Send + 'a
-    where
-        S: 'a,
-    {
-        async move {
-            metrics::counter!("flowguard_two_tier_reservations_total").increment(1);
-            let answer = self.store.check(key, self.cfg.batch()).await;
-            let now = self.clock.now_nanos();
-            {
-                let mut reservoir = slot.reservoir.lock();
-                match &answer {
-                    Ok(decision) => reservoir.reserved(&self.cfg, now, decision),
-                    Err(_) => reservoir.failed(),
-                }
+    async fn reserve(&self, key: &[u8], slot: &Slot) -> Result<(), GcraError> {
+        metrics::counter!("flowguard_two_tier_reservations_total").increment(1);
+        let answer = self.store.check(key, self.cfg.batch()).await;
+        let now = self.clock.now_nanos();
+        {
+            let mut reservoir = slot.reservoir.lock();
+            match &answer {
+                Ok(decision) => reservoir.reserved(&self.cfg, now, decision),
+                Err(_) => reservoir.failed(),
             }
-            slot.refilled.notify_waiters();
-            answer.map(|_| ())
         }
+        slot.refilled.notify_waiters();
+        answer.map(|_| ())
     }
 }
 
