@@ -26,7 +26,10 @@ unsafe impl GlobalAlloc for Counting {
         unsafe { System.dealloc(ptr, layout) }
     }
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        LIVE.fetch_add(new_size as isize - layout.size() as isize, Ordering::Relaxed);
+        LIVE.fetch_add(
+            new_size as isize - layout.size() as isize,
+            Ordering::Relaxed,
+        );
         unsafe { System.realloc(ptr, layout, new_size) }
     }
 }
@@ -38,17 +41,23 @@ const KEYS: u64 = 100_000;
 
 fn fg_quota() -> flowguard::gcra::Quota {
     // Keys stay live for the whole run (TAT ahead of now), as in a busy service.
-    flowguard::gcra::Quota::per_second(1).unwrap().with_burst(1_000_000).unwrap()
+    flowguard::gcra::Quota::per_second(1)
+        .unwrap()
+        .with_burst(1_000_000)
+        .unwrap()
 }
 
 fn gov_quota() -> governor::Quota {
-    governor::Quota::per_second(NonZeroU32::new(1).unwrap()).allow_burst(NonZeroU32::new(1_000_000).unwrap())
+    governor::Quota::per_second(NonZeroU32::new(1).unwrap())
+        .allow_burst(NonZeroU32::new(1_000_000).unwrap())
 }
 
 fn single_key(c: &mut Criterion) {
     let mut g = c.benchmark_group("single_key");
     let fg = flowguard::gcra::RateLimiter::new(fg_quota());
-    g.bench_function("flowguard", |b| b.iter(|| black_box(fg.check().unwrap().allowed)));
+    g.bench_function("flowguard", |b| {
+        b.iter(|| black_box(fg.check().unwrap().allowed))
+    });
     let gov = governor::RateLimiter::direct(gov_quota());
     g.bench_function("governor", |b| b.iter(|| black_box(gov.check().is_ok())));
     g.finish();
@@ -93,9 +102,13 @@ fn on_two_threads(iters: u64, check: &(dyn Fn() -> bool + Sync)) -> Duration {
 fn contended(c: &mut Criterion) {
     let mut g = c.benchmark_group("contended");
     let fg = flowguard::gcra::RateLimiter::new(fg_quota());
-    g.bench_function("flowguard", |b| b.iter_custom(|iters| on_two_threads(iters, &|| fg.check().unwrap().allowed)));
+    g.bench_function("flowguard", |b| {
+        b.iter_custom(|iters| on_two_threads(iters, &|| fg.check().unwrap().allowed))
+    });
     let gov = governor::RateLimiter::direct(gov_quota());
-    g.bench_function("governor", |b| b.iter_custom(|iters| on_two_threads(iters, &|| gov.check().is_ok())));
+    g.bench_function("governor", |b| {
+        b.iter_custom(|iters| on_two_threads(iters, &|| gov.check().is_ok()))
+    });
     g.finish();
 }
 
@@ -121,7 +134,8 @@ fn bytes_per_key() -> (f64, f64) {
 fn mean_ns(group: &str, function: &str) -> Option<f64> {
     let dir = std::env::var("CARGO_TARGET_DIR").unwrap_or_else(|_| "target".into());
     let path = format!("{dir}/criterion/{group}/{function}/new/estimates.json");
-    let json: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(path).ok()?).ok()?;
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(path).ok()?).ok()?;
     json["mean"]["point_estimate"].as_f64()
 }
 
@@ -137,7 +151,10 @@ fn main() {
     println!("ratios (flowguard / governor, lower is better):");
     for group in ["single_key", "keyed_100k", "contended"] {
         if let (Some(f), Some(g)) = (mean_ns(group, "flowguard"), mean_ns(group, "governor")) {
-            println!("  {group:<11} flowguard {f:>8.1} ns  governor {g:>8.1} ns  ratio {:.2}x", f / g);
+            println!(
+                "  {group:<11} flowguard {f:>8.1} ns  governor {g:>8.1} ns  ratio {:.2}x",
+                f / g
+            );
         }
     }
     let (fg, gov) = bytes_per_key();

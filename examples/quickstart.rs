@@ -15,10 +15,16 @@ use http::HeaderMap;
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let quota = Quota::per_second(5)?.with_burst(10)?;
     let clock = ManualClock::new();
-    let limiter = KeyedRateLimiter::builder(quota).max_keys(100_000).clock(clock.clone()).build::<String>()?;
+    let limiter = KeyedRateLimiter::builder(quota)
+        .max_keys(100_000)
+        .clock(clock.clone())
+        .build::<String>()?;
 
     println!("quota: {quota:?}");
-    println!("{:>6}  {:>8} {:>8} {:>8}", "t (s)", "steady", "bursty", "abusive");
+    println!(
+        "{:>6}  {:>8} {:>8} {:>8}",
+        "t (s)", "steady", "bursty", "abusive"
+    );
     let clients = [("steady", 250u64), ("bursty", 3000), ("abusive", 20)]; // ms between sends
     let mut totals = [(0u32, 0u32); 3];
     let mut last_denial = None;
@@ -62,6 +68,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             println!("  {k}: {}", v.to_str()?);
         }
     }
-    println!("\nkeys tracked: {} (bounded by max_keys = {})", limiter.len(), limiter.max_keys());
+    println!(
+        "\nkeys tracked: {} (bounded by max_keys = {})",
+        limiter.len(),
+        limiter.max_keys()
+    );
     Ok(())
 }

@@ -32,7 +32,10 @@ fn threads_on_one_key_admit_exactly_the_burst() {
         h.join().unwrap();
     }
     let total = admitted.load(Ordering::Relaxed);
-    assert!(total <= 5000, "admitted {total} tokens with a frozen clock and burst 5000");
+    assert!(
+        total <= 5000,
+        "admitted {total} tokens with a frozen clock and burst 5000"
+    );
     // Every thread keeps asking until none of its costs fits, so at most 2 tokens can be left over.
     assert!(total >= 4998, "admitted only {total}");
     assert!(!limiter.check().unwrap().allowed || total < 5000);
@@ -41,7 +44,12 @@ fn threads_on_one_key_admit_exactly_the_burst() {
 #[test]
 fn threads_on_one_keyed_entry_admit_exactly_the_burst() {
     let quota = Quota::per_second(10).unwrap().with_burst(1000).unwrap();
-    let limiter = Arc::new(KeyedRateLimiter::builder(quota).clock(ManualClock::new()).build::<u64>().unwrap());
+    let limiter = Arc::new(
+        KeyedRateLimiter::builder(quota)
+            .clock(ManualClock::new())
+            .build::<u64>()
+            .unwrap(),
+    );
     let admitted = Arc::new(AtomicU64::new(0));
     let handles: Vec<_> = (0..THREADS)
         .map(|_| {

@@ -26,21 +26,30 @@ fn a_million_distinct_keys_do_not_grow_memory_without_bound() {
             Err(e) => panic!("{e}"),
         }
         if key % 10_000 == 0 {
-            assert!(limiter.len() <= max_keys, "len {} at key {key}", limiter.len());
+            assert!(
+                limiter.len() <= max_keys,
+                "len {} at key {key}",
+                limiter.len()
+            );
         }
     }
     // 1 s of keys at 25 us is 40,000 live keys at any time, 80% of the bound. Expired keys are
     // swept as new ones arrive, so (almost) nothing is rejected.
     eprintln!("rejected {rejected}, len {}", limiter.len());
     assert!(limiter.len() <= max_keys);
-    assert!(rejected < 1_000, "rejected {rejected} of 1M keys although most had expired");
+    assert!(
+        rejected < 1_000,
+        "rejected {rejected} of 1M keys although most had expired"
+    );
 }
 
 #[test]
 fn expired_keys_are_reclaimed_incrementally_by_inserts() {
     let clock = ManualClock::new();
-    let limiter =
-        KeyedRateLimiter::builder(Quota::per_second(10).unwrap()).clock(clock.clone()).build::<u32>().unwrap();
+    let limiter = KeyedRateLimiter::builder(Quota::per_second(10).unwrap())
+        .clock(clock.clone())
+        .build::<u32>()
+        .unwrap();
     for k in 0..1000 {
         limiter.check_key(&k).unwrap();
     }
@@ -56,8 +65,10 @@ fn expired_keys_are_reclaimed_incrementally_by_inserts() {
 #[test]
 fn reclaim_sweeps_everything_expired() {
     let clock = ManualClock::new();
-    let limiter =
-        KeyedRateLimiter::builder(Quota::per_second(10).unwrap()).clock(clock.clone()).build::<String>().unwrap();
+    let limiter = KeyedRateLimiter::builder(Quota::per_second(10).unwrap())
+        .clock(clock.clone())
+        .build::<String>()
+        .unwrap();
     for k in 0..500 {
         limiter.check_key(format!("user-{k}").as_str()).unwrap();
     }
@@ -81,8 +92,14 @@ fn a_full_store_rejects_new_keys_but_keeps_limiting_known_ones() {
     for k in 0..100 {
         assert!(limiter.check_key(&k).unwrap().allowed);
     }
-    assert_eq!(limiter.check_key(&1000), Err(GcraError::KeyLimitReached { max_keys: 100 }));
-    assert!(!limiter.check_key(&5).unwrap().allowed, "known keys stay limited");
+    assert_eq!(
+        limiter.check_key(&1000),
+        Err(GcraError::KeyLimitReached { max_keys: 100 })
+    );
+    assert!(
+        !limiter.check_key(&5).unwrap().allowed,
+        "known keys stay limited"
+    );
     let msg = limiter.check_key(&1000).unwrap_err().to_string();
     assert!(msg.contains("raise max_keys"), "{msg}");
     // Peeking at an unknown key never needs room.
@@ -111,6 +128,9 @@ fn allow_untracked_fails_open_and_says_so() {
 
 #[test]
 fn zero_max_keys_is_a_config_error() {
-    let err = KeyedRateLimiter::builder(Quota::per_second(1).unwrap()).max_keys(0).build::<u32>().unwrap_err();
+    let err = KeyedRateLimiter::builder(Quota::per_second(1).unwrap())
+        .max_keys(0)
+        .build::<u32>()
+        .unwrap_err();
     assert!(err.to_string().contains("at least one key"));
 }

@@ -22,7 +22,11 @@ struct Expect {
 
 impl Model {
     fn new(q: &Quota) -> Model {
-        Model { tat: None, t: q.emission_interval().as_nanos(), b: u128::from(q.burst()) }
+        Model {
+            tat: None,
+            t: q.emission_interval().as_nanos(),
+            b: u128::from(q.burst()),
+        }
     }
 
     fn check(&mut self, now: u128, cost: u128) -> Result<Expect, ()> {
@@ -57,13 +61,25 @@ impl Model {
 }
 
 fn quotas() -> impl Strategy<Value = Quota> {
-    (1u32..50, prop_oneof![Just(1u64), Just(60), Just(3600), 1u64..10], 1u32..20)
-        .prop_map(|(rate, secs, burst)| Quota::new(rate, Duration::from_secs(secs)).unwrap().with_burst(burst).unwrap())
+    (
+        1u32..50,
+        prop_oneof![Just(1u64), Just(60), Just(3600), 1u64..10],
+        1u32..20,
+    )
+        .prop_map(|(rate, secs, burst)| {
+            Quota::new(rate, Duration::from_secs(secs))
+                .unwrap()
+                .with_burst(burst)
+                .unwrap()
+        })
 }
 
 /// (time step in ms, cost) pairs; costs sometimes exceed the burst on purpose.
 fn traces() -> impl Strategy<Value = Vec<(u64, u32)>> {
-    prop::collection::vec((prop_oneof![Just(0u64), 0u64..50, 0u64..5000], 0u32..25), 1..200)
+    prop::collection::vec(
+        (prop_oneof![Just(0u64), 0u64..50, 0u64..5000], 0u32..25),
+        1..200,
+    )
 }
 
 proptest! {
@@ -166,7 +182,8 @@ fn greedy_day(quota: Quota) -> (u128, u128) {
         }
     }
     assert!(steady_denials > 0);
-    let nominal = u128::from(quota.burst()) + day.as_nanos() * u128::from(quota.rate()) / quota.period().as_nanos();
+    let nominal = u128::from(quota.burst())
+        + day.as_nanos() * u128::from(quota.rate()) / quota.period().as_nanos();
     (admitted, nominal)
 }
 
@@ -174,14 +191,20 @@ fn greedy_day(quota: Quota) -> (u128, u128) {
 fn no_drift_over_a_day_at_three_per_second() {
     let (admitted, nominal) = greedy_day(Quota::per_second(3).unwrap());
     assert_eq!(nominal, 3 + 3 * 86_400);
-    assert!(admitted == nominal || admitted == nominal + 1, "admitted {admitted}, nominal {nominal}");
+    assert!(
+        admitted == nominal || admitted == nominal + 1,
+        "admitted {admitted}, nominal {nominal}"
+    );
 }
 
 #[test]
 fn no_drift_over_a_day_at_seven_per_minute() {
     let (admitted, nominal) = greedy_day(Quota::per_minute(7).unwrap());
     assert_eq!(nominal, 7 + 7 * 1440);
-    assert!(admitted == nominal || admitted == nominal + 1, "admitted {admitted}, nominal {nominal}");
+    assert!(
+        admitted == nominal || admitted == nominal + 1,
+        "admitted {admitted}, nominal {nominal}"
+    );
 }
 
 #[test]
@@ -193,7 +216,10 @@ fn a_steady_client_is_never_denied_for_a_day() {
         let n = 86_400 * 1_000_000_000 * rate / period;
         for k in 0..n {
             clock.set(Duration::from_nanos((k * period / rate) as u64));
-            assert!(limiter.check().unwrap().allowed, "{quota:?}: request {k} of {n} denied");
+            assert!(
+                limiter.check().unwrap().allowed,
+                "{quota:?}: request {k} of {n} denied"
+            );
         }
     }
 }

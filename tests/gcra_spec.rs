@@ -16,7 +16,14 @@ struct Row {
     retry_after: Option<Duration>,
 }
 
-fn row(advance_ms: u64, cost: u32, allowed: bool, remaining: u32, reset_ms: u64, retry_ms: Option<u64>) -> Row {
+fn row(
+    advance_ms: u64,
+    cost: u32,
+    allowed: bool,
+    remaining: u32,
+    reset_ms: u64,
+    retry_ms: Option<u64>,
+) -> Row {
     Row {
         advance: MS * advance_ms as u32,
         cost,
@@ -31,12 +38,16 @@ fn run_table(quota: Quota, rows: &[Row]) {
     // The same table must hold for the single-key and the keyed limiter.
     let clock = ManualClock::new();
     let single = RateLimiter::with_clock(quota, clock.clone());
-    let keyed = KeyedRateLimiter::builder(quota).clock(clock.clone()).build::<String>().unwrap();
+    let keyed = KeyedRateLimiter::builder(quota)
+        .clock(clock.clone())
+        .build::<String>()
+        .unwrap();
     for (i, r) in rows.iter().enumerate() {
         clock.advance(r.advance);
-        for (name, d) in
-            [("single", single.check_n(r.cost).unwrap()), ("keyed", keyed.check_key_n("k", r.cost).unwrap())]
-        {
+        for (name, d) in [
+            ("single", single.check_n(r.cost).unwrap()),
+            ("keyed", keyed.check_key_n("k", r.cost).unwrap()),
+        ] {
             assert_eq!(d.allowed, r.allowed, "{name} row {i}: allowed");
             assert_eq!(d.limit, quota.burst(), "{name} row {i}: limit");
             assert_eq!(d.remaining, r.remaining, "{name} row {i}: remaining");
@@ -70,7 +81,14 @@ fn five_per_second_refills_after_two_seconds() {
     rows.push(row(0, 1, false, 0, 1000, Some(200)));
     // Two seconds later the whole burst is back: exactly five more, then denied.
     for i in 0..5 {
-        rows.push(row(if i == 0 { 2000 } else { 0 }, 1, true, 4 - i, 200 * (i as u64 + 1), None));
+        rows.push(row(
+            if i == 0 { 2000 } else { 0 },
+            1,
+            true,
+            4 - i,
+            200 * (i as u64 + 1),
+            None,
+        ));
     }
     rows.push(row(0, 1, false, 0, 1000, Some(200)));
     run_table(Quota::per_second(5).unwrap(), &rows);
@@ -81,7 +99,11 @@ fn a_batch_needs_all_its_tokens() {
     // With one token left, a cost-2 request is denied (and told when 2 will be there); cost 1 passes.
     run_table(
         Quota::per_second(10).unwrap(),
-        &[row(0, 9, true, 1, 900, None), row(0, 2, false, 1, 900, Some(100)), row(0, 1, true, 0, 1000, None)],
+        &[
+            row(0, 9, true, 1, 900, None),
+            row(0, 2, false, 1, 900, Some(100)),
+            row(0, 1, true, 0, 1000, None),
+        ],
     );
 }
 
@@ -101,12 +123,23 @@ fn cost_zero_peeks_without_spending() {
 #[test]
 fn cost_above_burst_is_insufficient_capacity_not_retry_later() {
     let limiter = RateLimiter::with_clock(Quota::per_second(5).unwrap(), ManualClock::new());
-    assert_eq!(limiter.check_n(6), Err(GcraError::InsufficientCapacity { cost: 6, burst: 5 }));
+    assert_eq!(
+        limiter.check_n(6),
+        Err(GcraError::InsufficientCapacity { cost: 6, burst: 5 })
+    );
     // Nothing was spent.
     assert_eq!(limiter.check_n(5).unwrap().remaining, 0);
-    let keyed = KeyedRateLimiter::builder(Quota::per_second(5).unwrap()).build::<u32>().unwrap();
-    assert_eq!(keyed.check_key_n(&1, 6), Err(GcraError::InsufficientCapacity { cost: 6, burst: 5 }));
-    assert!(keyed.is_empty(), "an impossible request must not create a key");
+    let keyed = KeyedRateLimiter::builder(Quota::per_second(5).unwrap())
+        .build::<u32>()
+        .unwrap();
+    assert_eq!(
+        keyed.check_key_n(&1, 6),
+        Err(GcraError::InsufficientCapacity { cost: 6, burst: 5 })
+    );
+    assert!(
+        keyed.is_empty(),
+        "an impossible request must not create a key"
+    );
 }
 
 #[test]
@@ -123,7 +156,10 @@ fn retry_after_rounds_up_and_waiting_that_long_is_enough() {
     let secs = denied.retry_after_secs().unwrap();
     assert_eq!(secs, 8, "ceil(8.571428571 - 1.234) = 8");
     clock.advance(Duration::from_secs(secs));
-    assert!(limiter.check().unwrap().allowed, "a client that waits Retry-After seconds must be allowed");
+    assert!(
+        limiter.check().unwrap().allowed,
+        "a client that waits Retry-After seconds must be allowed"
+    );
 }
 
 #[test]
@@ -135,5 +171,8 @@ fn denied_requests_change_nothing() {
         assert!(!limiter.check().unwrap().allowed);
     }
     clock.advance(Duration::from_millis(500));
-    assert!(limiter.check().unwrap().allowed, "hammering while denied must not push the TAT");
+    assert!(
+        limiter.check().unwrap().allowed,
+        "hammering while denied must not push the TAT"
+    );
 }

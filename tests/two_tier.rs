@@ -8,7 +8,9 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use flowguard::gcra::two_tier::{TwoTierConfig, TwoTierLimiter};
-use flowguard::gcra::{BoxFuture, Decision, GcraError, KeyedRateLimiter, ManualClock, Quota, RateLimitStore};
+use flowguard::gcra::{
+    BoxFuture, Decision, GcraError, KeyedRateLimiter, ManualClock, Quota, RateLimitStore,
+};
 
 /// Wraps a store, counting the calls that reach it, optionally failing them or making them wait.
 struct Probe<S> {
@@ -20,10 +22,20 @@ struct Probe<S> {
 
 impl<S> Probe<S> {
     fn new(inner: S) -> Arc<Self> {
-        Arc::new(Probe { inner, calls: AtomicUsize::new(0), fail: AtomicBool::new(false), delay: None })
+        Arc::new(Probe {
+            inner,
+            calls: AtomicUsize::new(0),
+            fail: AtomicBool::new(false),
+            delay: None,
+        })
     }
     fn slow(inner: S, delay: Duration) -> Arc<Self> {
-        Arc::new(Probe { inner, calls: AtomicUsize::new(0), fail: AtomicBool::new(false), delay: Some(delay) })
+        Arc::new(Probe {
+            inner,
+            calls: AtomicUsize::new(0),
+            fail: AtomicBool::new(false),
+            delay: Some(delay),
+        })
     }
     fn calls(&self) -> usize {
         self.calls.load(Ordering::SeqCst)
@@ -49,14 +61,22 @@ impl<S: RateLimitStore> RateLimitStore for Probe<S> {
 }
 
 fn global(quota: Quota, clock: &ManualClock) -> KeyedRateLimiter<Vec<u8>, ManualClock> {
-    KeyedRateLimiter::builder(quota).clock(clock.clone()).build().unwrap()
+    KeyedRateLimiter::builder(quota)
+        .clock(clock.clone())
+        .build()
+        .unwrap()
 }
 
 #[tokio::test]
 async fn most_decisions_never_reach_the_store() {
     let clock = ManualClock::new();
-    let store = Probe::new(global(Quota::per_second(10_000).unwrap().with_burst(1000).unwrap(), &clock));
-    let limiter = TwoTierLimiter::with_clock(store.clone(), TwoTierConfig::new(50), clock.clone(), 1000).unwrap();
+    let store = Probe::new(global(
+        Quota::per_second(10_000).unwrap().with_burst(1000).unwrap(),
+        &clock,
+    ));
+    let limiter =
+        TwoTierLimiter::with_clock(store.clone(), TwoTierConfig::new(50), clock.clone(), 1000)
+            .unwrap();
     let mut allowed = 0;
     for _ in 0..5000 {
         clock.advance(Duration::from_micros(100)); // exactly the quota's rate
@@ -67,14 +87,23 @@ async fn most_decisions_never_reach_the_store() {
     }
     assert_eq!(allowed, 5000);
     let per_decision = store.calls() as f64 / 5000.0;
-    assert!(per_decision <= 0.02 + 1.0 / 5000.0, "{} store calls for 5000 decisions", store.calls());
+    assert!(
+        per_decision <= 0.02 + 1.0 / 5000.0,
+        "{} store calls for 5000 decisions",
+        store.calls()
+    );
 }
 
 #[tokio::test(start_paused = true)]
 async fn concurrent_callers_share_one_reservation() {
     let clock = ManualClock::new();
-    let store = Probe::slow(global(Quota::per_second(1000).unwrap(), &clock), Duration::from_millis(5));
-    let limiter = Arc::new(TwoTierLimiter::with_clock(store.clone(), TwoTierConfig::new(50), clock, 1000).unwrap());
+    let store = Probe::slow(
+        global(Quota::per_second(1000).unwrap(), &clock),
+        Duration::from_millis(5),
+    );
+    let limiter = Arc::new(
+        TwoTierLimiter::with_clock(store.clone(), TwoTierConfig::new(50), clock, 1000).unwrap(),
+    );
     let tasks: Vec<_> = (0..30)
         .map(|_| {
             let limiter = limiter.clone();
@@ -86,7 +115,11 @@ async fn concurrent_callers_share_one_reservation() {
         allowed += usize::from(t.await.unwrap());
     }
     assert_eq!(allowed, 30);
-    assert_eq!(store.calls(), 1, "30 callers on an empty reservoir, one reservation");
+    assert_eq!(
+        store.calls(),
+        1,
+        "30 callers on an empty reservoir, one reservation"
+    );
 }
 
 #[tokio::test]
@@ -95,10 +128,16 @@ async fn a_denied_reservation_is_honoured_locally_without_asking_again() {
     let quota = Quota::per_second(10).unwrap().with_burst(10).unwrap();
     let store = Probe::new(global(quota, &clock));
     store.inner.check_key_n(b"k".as_slice(), 10).unwrap(); // another instance spent the whole burst
-    let limiter = TwoTierLimiter::with_clock(store.clone(), TwoTierConfig::new(5), clock.clone(), 1000).unwrap();
+    let limiter =
+        TwoTierLimiter::with_clock(store.clone(), TwoTierConfig::new(5), clock.clone(), 1000)
+            .unwrap();
     let first = limiter.check(b"k", 1).await.unwrap();
     assert!(!first.allowed);
-    assert_eq!(first.retry_after, Some(Duration::from_millis(500)), "5 tokens are 500 ms away");
+    assert_eq!(
+        first.retry_after,
+        Some(Duration::from_millis(500)),
+        "5 tokens are 500 ms away"
+    );
     for _ in 0..100 {
         clock.advance(Duration::from_millis(4));
         assert!(!limiter.check(b"k", 1).await.unwrap().allowed);
@@ -113,17 +152,25 @@ async fn a_denied_reservation_is_honoured_locally_without_asking_again() {
 async fn tokens_on_hand_survive_a_failing_store() {
     let clock = ManualClock::new();
     let store = Probe::new(global(Quota::per_second(1000).unwrap(), &clock));
-    let limiter = TwoTierLimiter::with_clock(store.clone(), TwoTierConfig::new(20), clock.clone(), 1000).unwrap();
+    let limiter =
+        TwoTierLimiter::with_clock(store.clone(), TwoTierConfig::new(20), clock.clone(), 1000)
+            .unwrap();
     assert!(limiter.check(b"k", 1).await.unwrap().allowed);
     store.fail.store(true, Ordering::SeqCst);
     for i in 0..19 {
-        assert!(limiter.check(b"k", 1).await.unwrap().allowed, "token {i} on hand");
+        assert!(
+            limiter.check(b"k", 1).await.unwrap().allowed,
+            "token {i} on hand"
+        );
         tokio::task::yield_now().await;
     }
     // Empty, and the store fails: the error reaches the caller (no silent allow).
     assert!(limiter.check(b"k", 1).await.is_err());
     store.fail.store(false, Ordering::SeqCst);
-    assert!(limiter.check(b"k", 1).await.unwrap().allowed, "recovers once the store answers");
+    assert!(
+        limiter.check(b"k", 1).await.unwrap().allowed,
+        "recovers once the store answers"
+    );
 }
 
 #[tokio::test]
@@ -131,7 +178,9 @@ async fn stale_tokens_are_not_hoarded() {
     let clock = ManualClock::new();
     let quota = Quota::per_second(100).unwrap(); // burst window 1 s
     let store = Probe::new(global(quota, &clock));
-    let limiter = TwoTierLimiter::with_clock(store.clone(), TwoTierConfig::new(50), clock.clone(), 1000).unwrap();
+    let limiter =
+        TwoTierLimiter::with_clock(store.clone(), TwoTierConfig::new(50), clock.clone(), 1000)
+            .unwrap();
     assert_eq!(limiter.check(b"k", 1).await.unwrap().remaining, 49);
     clock.advance(Duration::from_secs(1));
     // The 49 left are a second old: dropped; a fresh batch is reserved.
@@ -147,13 +196,21 @@ async fn stale_tokens_are_not_hoarded() {
 async fn costs_are_validated_and_large_ones_go_to_the_store() {
     let clock = ManualClock::new();
     let store = Probe::new(global(Quota::per_second(100).unwrap(), &clock));
-    let limiter = TwoTierLimiter::with_clock(store.clone(), TwoTierConfig::new(10), clock, 1000).unwrap();
-    assert_eq!(limiter.check(b"k", 101).await, Err(GcraError::InsufficientCapacity { cost: 101, burst: 100 }));
+    let limiter =
+        TwoTierLimiter::with_clock(store.clone(), TwoTierConfig::new(10), clock, 1000).unwrap();
+    assert_eq!(
+        limiter.check(b"k", 101).await,
+        Err(GcraError::InsufficientCapacity {
+            cost: 101,
+            burst: 100
+        })
+    );
     assert_eq!(store.calls(), 0);
     let big = limiter.check(b"k", 60).await.unwrap();
     assert!(big.allowed);
     assert_eq!(store.calls(), 1);
-    let err = TwoTierLimiter::with_clock(store, TwoTierConfig::new(101), ManualClock::new(), 10).unwrap_err();
+    let err = TwoTierLimiter::with_clock(store, TwoTierConfig::new(101), ManualClock::new(), 10)
+        .unwrap_err();
     assert!(err.to_string().contains("at most 100"), "{err}");
 }
 
@@ -164,13 +221,22 @@ async fn simulate(instances: usize, offered_per_interval: u32, seconds: u64) -> 
     let store = Arc::new(global(quota, &clock));
     let batch = 10;
     let pods: Vec<_> = (0..instances)
-        .map(|_| TwoTierLimiter::with_clock(store.clone(), TwoTierConfig::new(batch), clock.clone(), 1000).unwrap())
+        .map(|_| {
+            TwoTierLimiter::with_clock(
+                store.clone(),
+                TwoTierConfig::new(batch),
+                clock.clone(),
+                1000,
+            )
+            .unwrap()
+        })
         .collect();
     let (mut sent, mut admitted) = (0u64, 0u64);
     let steps = seconds * 1000; // one emission interval (1 ms) per step
     for step in 0..steps {
         for i in 0..offered_per_interval {
-            let pod = &pods[(step as usize * offered_per_interval as usize + i as usize) % instances];
+            let pod =
+                &pods[(step as usize * offered_per_interval as usize + i as usize) % instances];
             sent += 1;
             if pod.check(b"tenant", 1).await.unwrap().allowed {
                 admitted += 1;
@@ -188,7 +254,10 @@ async fn a_client_at_the_quota_rate_is_admitted_through_all_instances() {
     let (sent, admitted, bound) = simulate(4, 1, 10).await;
     eprintln!("quota rate: admitted {admitted} of {sent}, bound {bound}");
     assert!(admitted <= bound);
-    assert!(admitted as f64 >= 0.95 * sent as f64, "admitted {admitted} of {sent}");
+    assert!(
+        admitted as f64 >= 0.95 * sent as f64,
+        "admitted {admitted} of {sent}"
+    );
 }
 
 #[tokio::test]

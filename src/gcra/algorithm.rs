@@ -62,7 +62,11 @@ impl Gcra {
         let tick_ns = u64::try_from(tick.as_nanos()).unwrap_or(u64::MAX).max(1);
         let interval = quota.interval_nanos() / tick_ns;
         if interval == 0 {
-            return Err(QuotaError::IntervalTooShort { rate: quota.rate(), period: quota.period(), resolution: tick });
+            return Err(QuotaError::IntervalTooShort {
+                rate: quota.rate(),
+                period: quota.period(),
+                resolution: tick,
+            });
         }
         Ok(Gcra::from_ticks(interval, quota.burst(), tick_ns))
     }
@@ -70,7 +74,13 @@ impl Gcra {
     fn from_ticks(interval: u64, burst: u32, tick_ns: u64) -> Gcra {
         // A valid Quota guarantees interval >= 1 and interval * burst <= MAX_WINDOW.
         let window = interval.saturating_mul(u64::from(burst));
-        Gcra { interval, window, burst, tick_ns, inv_interval: 1.0 / interval as f64 }
+        Gcra {
+            interval,
+            window,
+            burst,
+            tick_ns,
+            inv_interval: 1.0 / interval as f64,
+        }
     }
 
     /// The emission interval `T` in ticks.
@@ -97,7 +107,10 @@ impl Gcra {
     #[inline]
     pub fn decide(&self, tat: u64, now: u64, cost: u32) -> Result<Step, GcraError> {
         if cost > self.burst {
-            return Err(GcraError::InsufficientCapacity { cost, burst: self.burst });
+            return Err(GcraError::InsufficientCapacity {
+                cost,
+                burst: self.burst,
+            });
         }
         let base = tat.max(now);
         let candidate = base.saturating_add(u64::from(cost) * self.interval);
@@ -108,7 +121,13 @@ impl Gcra {
             (base, None, Some(self.ticks(candidate - self.window - now)))
         };
         let remaining = self.whole_intervals((now + self.window).saturating_sub(tat_after));
-        let decision = Decision::new(allowed, self.burst, remaining, retry_after, self.ticks(tat_after - now));
+        let decision = Decision::new(
+            allowed,
+            self.burst,
+            remaining,
+            retry_after,
+            self.ticks(tat_after - now),
+        );
         Ok(Step { decision, new_tat })
     }
 
@@ -147,12 +166,20 @@ mod tests {
         let denied = g.decide(1000 * MS, 0, 2).unwrap();
         assert!(!denied.decision.allowed);
         assert_eq!(denied.new_tat, None);
-        assert_eq!(denied.decision.retry_after, Some(Duration::from_millis(400)));
+        assert_eq!(
+            denied.decision.retry_after,
+            Some(Duration::from_millis(400))
+        );
         assert_eq!(denied.decision.remaining, 0);
         assert_eq!(denied.decision.reset_after, Duration::from_secs(1));
         // Waiting exactly retry_after is enough.
         assert!(g.decide(1000 * MS, 400 * MS, 2).unwrap().decision.allowed);
-        assert!(!g.decide(1000 * MS, 400 * MS - 1, 2).unwrap().decision.allowed);
+        assert!(
+            !g.decide(1000 * MS, 400 * MS - 1, 2)
+                .unwrap()
+                .decision
+                .allowed
+        );
     }
 
     #[test]
@@ -162,7 +189,13 @@ mod tests {
         let tat = 900 * MS; // 9 spent at t=0
         assert!(!g.decide(tat, 0, 2).unwrap().decision.allowed);
         assert!(g.decide(tat, 0, 1).unwrap().decision.allowed);
-        assert_eq!(g.decide(tat, 0, 11), Err(GcraError::InsufficientCapacity { cost: 11, burst: 10 }));
+        assert_eq!(
+            g.decide(tat, 0, 11),
+            Err(GcraError::InsufficientCapacity {
+                cost: 11,
+                burst: 10
+            })
+        );
     }
 
     #[test]
@@ -176,23 +209,41 @@ mod tests {
 
     #[test]
     fn microsecond_resolution_rounds_the_interval_down() {
-        let g = Gcra::with_resolution(&Quota::per_second(3).unwrap(), Duration::from_micros(1)).unwrap();
+        let g = Gcra::with_resolution(&Quota::per_second(3).unwrap(), Duration::from_micros(1))
+            .unwrap();
         assert_eq!(g.interval_ticks(), 333_333);
         let s = g.decide(0, 0, 1).unwrap();
         assert_eq!(s.decision.reset_after, Duration::from_micros(333_333));
-        assert!(Gcra::with_resolution(&Quota::per_second(2_000_000).unwrap(), Duration::from_micros(1)).is_err());
+        assert!(
+            Gcra::with_resolution(
+                &Quota::per_second(2_000_000).unwrap(),
+                Duration::from_micros(1)
+            )
+            .is_err()
+        );
     }
 
     #[test]
     fn whole_intervals_is_exact_division() {
-        for (rate, period, burst) in
-            [(3u32, 1u64, 7u32), (7, 60, 1000), (1, 3600, 1), (1000, 1, 4_000_000), (997, 1, u32::MAX / 2)]
-        {
+        for (rate, period, burst) in [
+            (3u32, 1u64, 7u32),
+            (7, 60, 1000),
+            (1, 3600, 1),
+            (1000, 1, 4_000_000),
+            (997, 1, u32::MAX / 2),
+        ] {
             let q = Quota::new(rate, Duration::from_secs(period)).unwrap();
             let Ok(q) = q.with_burst(burst) else { continue };
             let g = Gcra::new(&q);
             let t = g.interval_ticks();
-            for k in [0u64, 1, 2, u64::from(burst) / 2, u64::from(burst) - 1, u64::from(burst)] {
+            for k in [
+                0u64,
+                1,
+                2,
+                u64::from(burst) / 2,
+                u64::from(burst) - 1,
+                u64::from(burst),
+            ] {
                 for delta in [0i64, 1, -1, (t / 2) as i64] {
                     let x = (k * t).saturating_add_signed(delta).min(g.window_ticks());
                     assert_eq!(u64::from(g.whole_intervals(x)), x / t, "x={x} t={t}");

@@ -11,7 +11,12 @@ use super::error::GcraError;
 /// Lock-free: a lost race re-reads the winner's TAT and decides again. A thread whose `now` is
 /// older than the stored TAT's author's only ever decides more strictly, never more leniently.
 #[inline]
-pub(crate) fn spend(gcra: &Gcra, cell: &AtomicU64, now: u64, cost: u32) -> Result<Decision, GcraError> {
+pub(crate) fn spend(
+    gcra: &Gcra,
+    cell: &AtomicU64,
+    now: u64,
+    cost: u32,
+) -> Result<Decision, GcraError> {
     let mut current = cell.load(Ordering::Acquire);
     loop {
         let step = gcra.decide(current, now, cost)?;

@@ -66,7 +66,11 @@ impl ManualClock {
     /// Moves time forward by `by` (saturating at the end of the representable range).
     pub fn advance(&self, by: Duration) {
         let by = u64::try_from(by.as_nanos()).unwrap_or(u64::MAX);
-        let _ = self.nanos.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| Some(n.saturating_add(by)));
+        let _ = self
+            .nanos
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                Some(n.saturating_add(by))
+            });
     }
 
     /// Sets the time since start; a value earlier than the current time is ignored (time is monotonic).

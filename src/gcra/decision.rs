@@ -54,12 +54,22 @@ impl Decision {
         retry_after: Option<Duration>,
         reset_after: Duration,
     ) -> Decision {
-        Decision { allowed, limit, remaining, retry_after, reset_after, degraded: None }
+        Decision {
+            allowed,
+            limit,
+            remaining,
+            retry_after,
+            reset_after,
+            degraded: None,
+        }
     }
 
     /// The same decision marked as made by a failure policy.
     pub fn degraded(self, how: Degradation) -> Decision {
-        Decision { degraded: Some(how), ..self }
+        Decision {
+            degraded: Some(how),
+            ..self
+        }
     }
 
     /// `retry_after` in whole seconds, rounded **up**, as HTTP `Retry-After` needs:

@@ -52,7 +52,9 @@ pub enum ConfigError {
 impl fmt::Display for ConfigError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            ConfigError::ZeroMaxKeys => f.write_str("max_keys is 0: a keyed limiter needs room for at least one key"),
+            ConfigError::ZeroMaxKeys => {
+                f.write_str("max_keys is 0: a keyed limiter needs room for at least one key")
+            }
         }
     }
 }

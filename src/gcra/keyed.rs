@@ -94,7 +94,12 @@ impl<C: Clock> KeyedRateLimiterBuilder<C> {
 
     /// Reads time from `clock` instead of the real monotonic clock.
     pub fn clock<C2: Clock>(self, clock: C2) -> KeyedRateLimiterBuilder<C2> {
-        KeyedRateLimiterBuilder { quota: self.quota, clock, max_keys: self.max_keys, overflow: self.overflow }
+        KeyedRateLimiterBuilder {
+            quota: self.quota,
+            clock,
+            max_keys: self.max_keys,
+            overflow: self.overflow,
+        }
     }
 
     /// Builds the limiter; `max_keys == 0` is [`ConfigError::ZeroMaxKeys`].
@@ -116,7 +121,9 @@ impl<C: Clock> KeyedRateLimiterBuilder<C> {
 impl<K: Hash + Eq> KeyedRateLimiter<K, MonotonicClock> {
     /// A limiter on the real clock with the default bounds.
     pub fn new(quota: Quota) -> Self {
-        KeyedRateLimiterBuilder::new(quota).build().unwrap_or_else(|_| unreachable!("the default max_keys is not zero"))
+        KeyedRateLimiterBuilder::new(quota)
+            .build()
+            .unwrap_or_else(|_| unreachable!("the default max_keys is not zero"))
     }
 }
 
@@ -160,7 +167,10 @@ impl<K: Hash + Eq, C: Clock> KeyedRateLimiter<K, C> {
     {
         let now = self.clock.now_nanos();
         let hash = self.table.hash(key);
-        if let Some(decision) = self.table.with(hash, key, |tat| cell::spend(&self.gcra, &tat.0, now, cost)) {
+        if let Some(decision) = self
+            .table
+            .with(hash, key, |tat| cell::spend(&self.gcra, &tat.0, now, cost))
+        {
             return decision;
         }
         // An unknown key decides as an idle one; only a spend needs storing.
@@ -174,12 +184,22 @@ impl<K: Hash + Eq, C: Clock> KeyedRateLimiter<K, C> {
             now,
             || Tat(AtomicU64::new(new_tat)),
             // Inserted by another thread meanwhile: spend against its state instead.
-            |tat, inserted| if inserted { Ok(step.decision) } else { cell::spend(&self.gcra, &tat.0, now, cost) },
+            |tat, inserted| {
+                if inserted {
+                    Ok(step.decision)
+                } else {
+                    cell::spend(&self.gcra, &tat.0, now, cost)
+                }
+            },
         );
         match (stored, self.overflow) {
             (Ok(decision), _) => decision,
-            (Err(_full), Overflow::Reject) => Err(GcraError::KeyLimitReached { max_keys: self.max_keys }),
-            (Err(_full), Overflow::AllowUntracked) => Ok(step.decision.degraded(Degradation::FailOpen)),
+            (Err(_full), Overflow::Reject) => Err(GcraError::KeyLimitReached {
+                max_keys: self.max_keys,
+            }),
+            (Err(_full), Overflow::AllowUntracked) => {
+                Ok(step.decision.degraded(Degradation::FailOpen))
+            }
         }
     }
 

@@ -39,7 +39,12 @@ impl RateLimiter<MonotonicClock> {
 impl<C: Clock> RateLimiter<C> {
     /// A limiter reading time from `clock` (e.g. a [`ManualClock`](super::ManualClock) in tests).
     pub fn with_clock(quota: Quota, clock: C) -> Self {
-        RateLimiter { gcra: Gcra::new(&quota), quota, tat: AtomicU64::new(0), clock }
+        RateLimiter {
+            gcra: Gcra::new(&quota),
+            quota,
+            tat: AtomicU64::new(0),
+            clock,
+        }
     }
 
     /// Checks (and on success spends) one token.

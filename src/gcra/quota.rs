@@ -70,14 +70,20 @@ pub enum QuotaError {
 impl fmt::Display for QuotaError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            QuotaError::ZeroRate => f.write_str("quota rate is 0: use a rate of at least 1 token per period"),
-            QuotaError::ZeroPeriod => {
-                f.write_str("quota period is zero: use a positive period, e.g. Duration::from_secs(1)")
+            QuotaError::ZeroRate => {
+                f.write_str("quota rate is 0: use a rate of at least 1 token per period")
             }
-            QuotaError::ZeroBurst => {
-                f.write_str("quota burst is 0: use a burst of at least 1 (a burst of 1 spaces requests evenly)")
-            }
-            QuotaError::IntervalTooShort { rate, period, resolution } => write!(
+            QuotaError::ZeroPeriod => f.write_str(
+                "quota period is zero: use a positive period, e.g. Duration::from_secs(1)",
+            ),
+            QuotaError::ZeroBurst => f.write_str(
+                "quota burst is 0: use a burst of at least 1 (a burst of 1 spaces requests evenly)",
+            ),
+            QuotaError::IntervalTooShort {
+                rate,
+                period,
+                resolution,
+            } => write!(
                 f,
                 "quota of {rate} per {period:?} gives an emission interval below {resolution:?}, \
                  the store's time resolution: lower the rate or lengthen the period"
@@ -104,10 +110,22 @@ impl Quota {
         }
         let interval = period.as_nanos() / u128::from(rate);
         if interval == 0 {
-            return Err(QuotaError::IntervalTooShort { rate, period, resolution: Duration::from_nanos(1) });
+            return Err(QuotaError::IntervalTooShort {
+                rate,
+                period,
+                resolution: Duration::from_nanos(1),
+            });
         }
-        let interval_ns = u64::try_from(interval).map_err(|_| QuotaError::WindowTooLong { window: Duration::MAX })?;
-        Quota { rate, period, burst: rate, interval_ns }.checked()
+        let interval_ns = u64::try_from(interval).map_err(|_| QuotaError::WindowTooLong {
+            window: Duration::MAX,
+        })?;
+        Quota {
+            rate,
+            period,
+            burst: rate,
+            interval_ns,
+        }
+        .checked()
     }
 
     /// `rate` tokens per second, burst `rate`.
@@ -189,10 +207,22 @@ mod tests {
 
     #[test]
     fn constructors_compute_the_interval() {
-        assert_eq!(Quota::per_second(10).unwrap().emission_interval(), Duration::from_millis(100));
-        assert_eq!(Quota::per_minute(60).unwrap().emission_interval(), Duration::from_secs(1));
-        assert_eq!(Quota::per_hour(1).unwrap().emission_interval(), Duration::from_secs(3600));
-        assert_eq!(Quota::per_second(3).unwrap().emission_interval(), Duration::from_nanos(333_333_333));
+        assert_eq!(
+            Quota::per_second(10).unwrap().emission_interval(),
+            Duration::from_millis(100)
+        );
+        assert_eq!(
+            Quota::per_minute(60).unwrap().emission_interval(),
+            Duration::from_secs(1)
+        );
+        assert_eq!(
+            Quota::per_hour(1).unwrap().emission_interval(),
+            Duration::from_secs(3600)
+        );
+        assert_eq!(
+            Quota::per_second(3).unwrap().emission_interval(),
+            Duration::from_nanos(333_333_333)
+        );
         assert_eq!(Quota::per_second(5).unwrap().burst(), 5);
     }
 
@@ -200,10 +230,22 @@ mod tests {
     fn invalid_quotas_are_typed_errors() {
         assert_eq!(Quota::per_second(0), Err(QuotaError::ZeroRate));
         assert_eq!(Quota::new(1, Duration::ZERO), Err(QuotaError::ZeroPeriod));
-        assert_eq!(Quota::per_second(1).unwrap().with_burst(0), Err(QuotaError::ZeroBurst));
-        assert!(matches!(Quota::new(10, Duration::from_nanos(5)), Err(QuotaError::IntervalTooShort { rate: 10, .. })));
-        assert!(matches!(Quota::new(1, Duration::MAX), Err(QuotaError::WindowTooLong { .. })));
-        assert!(matches!(Quota::per_hour(1).unwrap().with_burst(u32::MAX), Err(QuotaError::WindowTooLong { .. })));
+        assert_eq!(
+            Quota::per_second(1).unwrap().with_burst(0),
+            Err(QuotaError::ZeroBurst)
+        );
+        assert!(matches!(
+            Quota::new(10, Duration::from_nanos(5)),
+            Err(QuotaError::IntervalTooShort { rate: 10, .. })
+        ));
+        assert!(matches!(
+            Quota::new(1, Duration::MAX),
+            Err(QuotaError::WindowTooLong { .. })
+        ));
+        assert!(matches!(
+            Quota::per_hour(1).unwrap().with_burst(u32::MAX),
+            Err(QuotaError::WindowTooLong { .. })
+        ));
     }
 
     #[test]

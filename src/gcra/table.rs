@@ -59,7 +59,14 @@ impl<K, V> Table<K, V> {
         let shard_capacity = (max_keys / shards).max(1);
         Table {
             hasher: DefaultHashBuilder::default(),
-            shards: (0..shards).map(|_| Padded(RwLock::new(Shard { table: HashTable::new(), cursor: 0 }))).collect(),
+            shards: (0..shards)
+                .map(|_| {
+                    Padded(RwLock::new(Shard {
+                        table: HashTable::new(),
+                        cursor: 0,
+                    }))
+                })
+                .collect(),
             shard_shift: 64 - shards.trailing_zeros(),
             shard_capacity,
         }
@@ -79,7 +86,11 @@ impl<K: Hash + Eq, V: Expiring> Table<K, V> {
     #[inline]
     fn shard(&self, hash: u64) -> &RwLock<Shard<K, V>> {
         // The hash table uses the low bits and the top 7; the shard takes bits just below the top.
-        let i = if self.shards.len() == 1 { 0 } else { ((hash << 7) >> self.shard_shift) as usize };
+        let i = if self.shards.len() == 1 {
+            0
+        } else {
+            ((hash << 7) >> self.shard_shift) as usize
+        };
         &self.shards[i].0
     }
 
@@ -91,7 +102,10 @@ impl<K: Hash + Eq, V: Expiring> Table<K, V> {
         Q: Eq + ?Sized,
     {
         let shard = self.shard(hash).read();
-        shard.table.find(hash, |(k, _)| k.borrow() == key).map(|(_, v)| f(v))
+        shard
+            .table
+            .find(hash, |(k, _)| k.borrow() == key)
+            .map(|(_, v)| f(v))
     }
 
     /// Runs `f(value, inserted)` on the value of `key`, inserting `make()` first if absent.
@@ -119,7 +133,11 @@ impl<K: Hash + Eq, V: Expiring> Table<K, V> {
                 return Err(Full);
             }
         }
-        let entry = shard.table.insert_unique(hash, (key.to_owned(), make()), |(k, _)| self.hasher.hash_one(k));
+        let entry = shard
+            .table
+            .insert_unique(hash, (key.to_owned(), make()), |(k, _)| {
+                self.hasher.hash_one(k)
+            });
         let (_, v) = entry.get();
         Ok(f(v, true))
     }
@@ -187,7 +205,9 @@ mod tests {
             let mut inserted = 0;
             for k in 0..(max_keys as u64 * 2) {
                 let h = t.hash(&k);
-                if t.with_or_insert(h, &k, 0, || ExpiresAt(u64::MAX), |_, new| new).is_ok() {
+                if t.with_or_insert(h, &k, 0, || ExpiresAt(u64::MAX), |_, new| new)
+                    .is_ok()
+                {
                     inserted += 1;
                 }
             }

@@ -30,6 +30,9 @@ impl<S, St: ?Sized, K: Clone> Layer<S> for RateLimitLayer<St, K> {
 
 impl<St: ?Sized, K: Clone> Clone for RateLimitLayer<St, K> {
     fn clone(&self) -> Self {
-        RateLimitLayer { store: self.store.clone(), key: self.key.clone() }
+        RateLimitLayer {
+            store: self.store.clone(),
+            key: self.key.clone(),
+        }
     }
 }

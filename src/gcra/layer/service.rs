@@ -68,7 +68,9 @@ where
                 Err(error) => {
                     log_store_error(&error);
                     let mut response = status(StatusCode::SERVICE_UNAVAILABLE);
-                    response.headers_mut().insert(RETRY_AFTER, HeaderValue::from_static("1"));
+                    response
+                        .headers_mut()
+                        .insert(RETRY_AFTER, HeaderValue::from_static("1"));
                     Ok(response)
                 }
             }
@@ -89,6 +91,10 @@ fn log_store_error(error: &GcraError) {
 
 impl<S: Clone, St: ?Sized, K: Clone> Clone for RateLimitService<S, St, K> {
     fn clone(&self) -> Self {
-        RateLimitService { inner: self.inner.clone(), store: self.store.clone(), key: self.key.clone() }
+        RateLimitService {
+            inner: self.inner.clone(),
+            store: self.store.clone(),
+            key: self.key.clone(),
+        }
     }
 }

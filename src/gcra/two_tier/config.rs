@@ -74,7 +74,11 @@ impl std::error::Error for TwoTierConfigError {}
 impl TwoTierConfig {
     /// Reserve `batch` tokens per round trip; refill below 20% of it; tokens live one burst window.
     pub fn new(batch: u32) -> TwoTierConfig {
-        TwoTierConfig { batch, refill_below: None, max_token_age: None }
+        TwoTierConfig {
+            batch,
+            refill_below: None,
+            max_token_age: None,
+        }
     }
 
     /// Start a background refill when fewer than `tokens` are left locally (default: 20% of the batch, rounded up).
@@ -95,11 +99,17 @@ impl TwoTierConfig {
             return Err(TwoTierConfigError::ZeroBatch);
         }
         if self.batch > quota.burst() {
-            return Err(TwoTierConfigError::BatchAboveBurst { batch: self.batch, burst: quota.burst() });
+            return Err(TwoTierConfigError::BatchAboveBurst {
+                batch: self.batch,
+                burst: quota.burst(),
+            });
         }
         let refill_below = self.refill_below.unwrap_or(self.batch.div_ceil(5));
         if refill_below >= self.batch && self.batch > 1 {
-            return Err(TwoTierConfigError::ThresholdNotBelowBatch { refill_below, batch: self.batch });
+            return Err(TwoTierConfigError::ThresholdNotBelowBatch {
+                refill_below,
+                batch: self.batch,
+            });
         }
         let max_token_age = self.max_token_age.unwrap_or(quota.burst_window());
         if max_token_age.is_zero() {

@@ -9,7 +9,9 @@ use tokio::sync::Notify;
 use super::config::{TwoTierConfig, TwoTierConfigError, ValidConfig};
 use super::reservoir::{Reservoir, Take};
 use crate::gcra::table::{Expiring, Table};
-use crate::gcra::{BoxFuture, Clock, DEFAULT_MAX_KEYS, Decision, GcraError, MonotonicClock, Quota, RateLimitStore};
+use crate::gcra::{
+    BoxFuture, Clock, DEFAULT_MAX_KEYS, Decision, GcraError, MonotonicClock, Quota, RateLimitStore,
+};
 
 /// Rounds of "wait for the refill, then take" before a request is denied for want of tokens.
 const MAX_ROUNDS: usize = 8;
@@ -68,12 +70,24 @@ impl<S: RateLimitStore + 'static> TwoTierLimiter<S, MonotonicClock> {
 
 impl<S: RateLimitStore + 'static, C: Clock + 'static> TwoTierLimiter<S, C> {
     /// A two-tier limiter reading local time from `clock`, holding at most `max_keys` (>= 1) reservoirs.
-    pub fn with_clock(store: S, config: TwoTierConfig, clock: C, max_keys: usize) -> Result<Self, TwoTierConfigError> {
+    pub fn with_clock(
+        store: S,
+        config: TwoTierConfig,
+        clock: C,
+        max_keys: usize,
+    ) -> Result<Self, TwoTierConfigError> {
         let quota = store.quota();
         let cfg = config.validate(&quota)?;
         let max_keys = max_keys.max(1);
         Ok(TwoTierLimiter {
-            shared: Arc::new(Shared { store, cfg, quota, clock, table: Table::new(max_keys), max_keys }),
+            shared: Arc::new(Shared {
+                store,
+                cfg,
+                quota,
+                clock,
+                table: Table::new(max_keys),
+                max_keys,
+            }),
         })
     }
 
@@ -86,7 +100,10 @@ impl<S: RateLimitStore + 'static, C: Clock + 'static> TwoTierLimiter<S, C> {
     pub async fn check(&self, key: &[u8], cost: u32) -> Result<Decision, GcraError> {
         let shared = &self.shared;
         if cost > shared.cfg.limit() {
-            return Err(GcraError::InsufficientCapacity { cost, burst: shared.cfg.limit() });
+            return Err(GcraError::InsufficientCapacity {
+                cost,
+                burst: shared.cfg.limit(),
+            });
         }
         if cost > shared.cfg.batch() {
             return shared.store.check(key, cost).await;
@@ -111,7 +128,13 @@ impl<S: RateLimitStore + 'static, C: Clock + 'static> TwoTierLimiter<S, C> {
         }
         // Other callers took every token of several refills in a row: deny for one interval.
         let interval = shared.cfg.interval();
-        Ok(Decision::new(false, shared.cfg.limit(), 0, Some(interval), interval))
+        Ok(Decision::new(
+            false,
+            shared.cfg.limit(),
+            0,
+            Some(interval),
+            interval,
+        ))
     }
 
     fn refill_in_background(&self, key: &[u8], slot: &Arc<Slot>) {
@@ -161,8 +184,16 @@ impl<S: RateLimitStore, C: Clock> Shared<S, C> {
             return Ok(slot);
         }
         self.table
-            .with_or_insert(hash, key, self.clock.now_nanos(), Arc::default, |slot, _| slot.clone())
-            .map_err(|_full| GcraError::KeyLimitReached { max_keys: self.max_keys })
+            .with_or_insert(
+                hash,
+                key,
+                self.clock.now_nanos(),
+                Arc::default,
+                |slot, _| slot.clone(),
+            )
+            .map_err(|_full| GcraError::KeyLimitReached {
+                max_keys: self.max_keys,
+            })
     }
 
     /// Reserves a batch for `key` and applies the answer; wakes everyone waiting on the slot.

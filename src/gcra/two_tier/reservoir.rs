@@ -89,12 +89,24 @@ impl Reservoir {
                 left -= spend;
             }
             let remaining = tokens - cost;
-            let refill = cost > 0 && remaining < cfg.refill_below() && !self.refilling && now >= self.denied_until;
+            let refill = cost > 0
+                && remaining < cfg.refill_below()
+                && !self.refilling
+                && now >= self.denied_until;
             self.refilling |= refill;
-            return Take::Granted { decision: self.decision(true, remaining, None, cfg, now), refill };
+            return Take::Granted {
+                decision: self.decision(true, remaining, None, cfg, now),
+                refill,
+            };
         }
         if now < self.denied_until {
-            return Take::Denied(self.decision(false, tokens, Some(self.denied_until - now), cfg, now));
+            return Take::Denied(self.decision(
+                false,
+                tokens,
+                Some(self.denied_until - now),
+                cfg,
+                now,
+            ));
         }
         if self.refilling {
             return Take::Wait;
@@ -111,7 +123,10 @@ impl Reservoir {
         if answer.allowed {
             self.denied_until = 0;
             self.fresh_tokens(now);
-            let lot = Lot { tokens: cfg.batch(), expires_at: now.saturating_add(duration_nanos(cfg.max_token_age())) };
+            let lot = Lot {
+                tokens: cfg.batch(),
+                expires_at: now.saturating_add(duration_nanos(cfg.max_token_age())),
+            };
             if self.lots[1].tokens > 0 {
                 // Three lots: merge the two older ones, keeping the earlier expiry.
                 self.lots[0] = Lot {
@@ -125,7 +140,9 @@ impl Reservoir {
                 self.lots[0] = lot;
             }
         } else {
-            let wait = answer.retry_after.map_or(duration_nanos(cfg.interval()), duration_nanos);
+            let wait = answer
+                .retry_after
+                .map_or(duration_nanos(cfg.interval()), duration_nanos);
             self.denied_until = now.saturating_add(wait.max(1));
         }
     }
@@ -137,7 +154,12 @@ impl Reservoir {
 
     /// Carries no information at `now`: no fresh tokens, no denial in force, nothing in flight.
     pub(crate) fn is_idle(&self, now: u64) -> bool {
-        !self.refilling && now >= self.denied_until && self.lots.iter().all(|l| l.tokens == 0 || now >= l.expires_at)
+        !self.refilling
+            && now >= self.denied_until
+            && self
+                .lots
+                .iter()
+                .all(|l| l.tokens == 0 || now >= l.expires_at)
     }
 }
 
@@ -155,17 +177,27 @@ mod tests {
 
     fn cfg() -> ValidConfig {
         // 1000/s, burst 100, batch 10, refill below 2, tokens live 100 ms.
-        TwoTierConfig::new(10).validate(&Quota::per_second(1000).unwrap().with_burst(100).unwrap()).unwrap()
+        TwoTierConfig::new(10)
+            .validate(&Quota::per_second(1000).unwrap().with_burst(100).unwrap())
+            .unwrap()
     }
 
     fn grant() -> Decision {
-        let limiter =
-            RateLimiter::with_clock(Quota::per_second(1000).unwrap().with_burst(100).unwrap(), ManualClock::new());
+        let limiter = RateLimiter::with_clock(
+            Quota::per_second(1000).unwrap().with_burst(100).unwrap(),
+            ManualClock::new(),
+        );
         limiter.check_n(10).unwrap()
     }
 
     fn deny(retry_ms: u64) -> Decision {
-        Decision::new(false, 100, 0, Some(Duration::from_millis(retry_ms)), Duration::from_millis(100))
+        Decision::new(
+            false,
+            100,
+            0,
+            Some(Duration::from_millis(retry_ms)),
+            Duration::from_millis(100),
+        )
     }
 
     #[test]
@@ -174,7 +206,9 @@ mod tests {
         assert_eq!(r.take(&cfg, 0, 1), Take::Reserve);
         assert_eq!(r.take(&cfg, 0, 1), Take::Wait);
         r.reserved(&cfg, 0, &grant());
-        let Take::Granted { decision, refill } = r.take(&cfg, 0, 1) else { panic!() };
+        let Take::Granted { decision, refill } = r.take(&cfg, 0, 1) else {
+            panic!()
+        };
         assert!(decision.allowed && !refill);
         assert_eq!(decision.remaining, 9);
     }
@@ -202,10 +236,19 @@ mod tests {
         let (cfg, mut r) = (cfg(), Reservoir::default());
         assert_eq!(r.take(&cfg, 0, 1), Take::Reserve);
         r.reserved(&cfg, 0, &deny(30));
-        let Take::Denied(d) = r.take(&cfg, 10 * MS, 1) else { panic!() };
+        let Take::Denied(d) = r.take(&cfg, 10 * MS, 1) else {
+            panic!()
+        };
         assert_eq!(d.retry_after, Some(Duration::from_millis(20)));
-        assert_eq!(r.take(&cfg, 30 * MS - 1, 1), Take::Denied(r.decision(false, 0, Some(1), &cfg, 30 * MS - 1)));
-        assert_eq!(r.take(&cfg, 30 * MS, 1), Take::Reserve, "asks the store again only once retry_after has passed");
+        assert_eq!(
+            r.take(&cfg, 30 * MS - 1, 1),
+            Take::Denied(r.decision(false, 0, Some(1), &cfg, 30 * MS - 1))
+        );
+        assert_eq!(
+            r.take(&cfg, 30 * MS, 1),
+            Take::Reserve,
+            "asks the store again only once retry_after has passed"
+        );
     }
 
     #[test]
@@ -242,9 +285,15 @@ mod tests {
             r.take(&cfg, 0, 1);
         }
         r.failed();
-        let Take::Granted { refill, .. } = r.take(&cfg, 0, 1) else { panic!("the last token is still served") };
+        let Take::Granted { refill, .. } = r.take(&cfg, 0, 1) else {
+            panic!("the last token is still served")
+        };
         assert!(refill, "and the background reservation is tried again");
         r.failed();
-        assert_eq!(r.take(&cfg, 0, 1), Take::Reserve, "empty and nothing in flight: reserve inline");
+        assert_eq!(
+            r.take(&cfg, 0, 1),
+            Take::Reserve,
+            "empty and nothing in flight: reserve inline"
+        );
     }
 }
