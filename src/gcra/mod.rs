@@ -36,6 +36,8 @@ mod error;
 mod keyed;
 mod limiter;
 mod quota;
+#[cfg(feature = "redis")]
+pub mod redis;
 
 pub use algorithm::{Gcra, Step};
 pub use clock::{Clock, ManualClock, MonotonicClock};
@@ -44,3 +46,5 @@ pub use error::{ConfigError, GcraError};
 pub use keyed::{DEFAULT_MAX_KEYS, KeyedRateLimiter, KeyedRateLimiterBuilder, Overflow};
 pub use limiter::RateLimiter;
 pub use quota::{MAX_WINDOW, Quota, QuotaError};
+#[cfg(feature = "redis")]
+pub use redis::{FailurePolicy, RedisRateLimiter, RedisStore};
