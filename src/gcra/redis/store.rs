@@ -377,7 +377,8 @@ fn classify(e: &RedisError, key: &[u8]) -> GcraError {
         GcraError::WrongType { key: key() }
     } else if text.contains("not a GCRA state") {
         GcraError::CorruptState { key: key() }
-    } else if e.kind() == ErrorKind::Server(ServerErrorKind::NoPerm) {
+    } else if e.kind() == ErrorKind::Server(ServerErrorKind::NoPerm) || text.contains("user executing the script") {
+        // ACL: NOPERM for EVALSHA/EVAL or the key; a plain ERR for commands the script calls.
         GcraError::StoreRejected {
             reason: format!(
                 "{text}: the ACL user needs +evalsha +eval +get +set +time and access to the prefix's keys \
