@@ -106,6 +106,13 @@ impl RedisServer {
         String::from_utf8_lossy(&out.stdout).trim().to_string()
     }
 
+    /// The last lines of the server's log.
+    pub fn log_tail(&self) -> String {
+        let log = std::fs::read_to_string(self.dir.join("redis.log")).unwrap_or_default();
+        let lines: Vec<&str> = log.lines().collect();
+        lines[lines.len().saturating_sub(30)..].join("\n")
+    }
+
     /// Kills the server (SIGKILL) and waits for it to exit.
     pub fn kill(&mut self) {
         if let Some(mut child) = self.child.take() {
@@ -157,12 +164,16 @@ impl RedisCluster {
         cluster
     }
 
-    /// Polls until every node reports `cluster_state:ok` and knows all six nodes.
+    /// Polls until every node reports `cluster_state:ok` and knows all six nodes, and every
+    /// replica's link to its master is up (a manual failover needs a synced replica).
     pub fn wait_ok(&self) {
         let deadline = Instant::now() + Duration::from_secs(30);
         while !self.nodes.iter().all(|n| {
             let info = n.cli(&["cluster", "info"]);
-            info.contains("cluster_state:ok") && info.contains("cluster_known_nodes:6")
+            let replication = n.cli(&["info", "replication"]);
+            info.contains("cluster_state:ok")
+                && info.contains("cluster_known_nodes:6")
+                && (replication.contains("role:master") || replication.contains("master_link_status:up"))
         }) {
             assert!(Instant::now() < deadline, "cluster not ok within 30 s");
             std::thread::sleep(Duration::from_millis(50));

@@ -4,11 +4,20 @@
 //! Without this, every request during an outage would wait the full timeout before its failure
 //! policy applies. With it, one call per probe interval pays that; the others are answered by the
 //! policy at once, and the first successful probe closes the circuit (automatic recovery).
+//!
+//! A standalone store has one circuit. A cluster store has one per group of
+//! [`SLOTS_PER_GROUP`] consecutive slots (nodes own contiguous slot ranges), so a master that fails
+//! over only degrades the keys it serves.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use tokio::time::Instant;
+
+use super::slot::{SLOTS, slot};
+
+/// Consecutive cluster slots sharing one circuit: 64 groups in all.
+pub(crate) const SLOTS_PER_GROUP: u16 = 256;
 
 /// Whether a call should go to the store.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -26,14 +35,33 @@ const CLOSED: u64 = 0;
 #[derive(Debug)]
 pub(crate) struct Circuit {
     origin: Instant,
-    /// `CLOSED`, or nanoseconds since `origin` (+1) until which calls skip the store.
-    open_until: AtomicU64,
+    /// Per group: `CLOSED`, or nanoseconds since `origin` (+1) until which calls skip the store.
+    open_until: Box<[AtomicU64]>,
     probe_interval: Duration,
 }
 
 impl Circuit {
-    pub(crate) fn new(probe_interval: Duration) -> Circuit {
-        Circuit { origin: Instant::now(), open_until: AtomicU64::new(CLOSED), probe_interval }
+    /// One circuit for the whole store.
+    pub(crate) fn single(probe_interval: Duration) -> Circuit {
+        Circuit::with_groups(1, probe_interval)
+    }
+
+    /// One circuit per group of cluster slots.
+    pub(crate) fn per_slot_group(probe_interval: Duration) -> Circuit {
+        Circuit::with_groups(usize::from(SLOTS / SLOTS_PER_GROUP), probe_interval)
+    }
+
+    fn with_groups(groups: usize, probe_interval: Duration) -> Circuit {
+        Circuit {
+            origin: Instant::now(),
+            open_until: (0..groups).map(|_| AtomicU64::new(CLOSED)).collect(),
+            probe_interval,
+        }
+    }
+
+    /// The circuit `key` (a store key) belongs to.
+    pub(crate) fn group(&self, key: &[u8]) -> usize {
+        if self.open_until.len() == 1 { 0 } else { usize::from(slot(key) / SLOTS_PER_GROUP) }
     }
 
     fn now(&self) -> u64 {
@@ -44,8 +72,9 @@ impl Circuit {
         now.saturating_add(u64::try_from(self.probe_interval.as_nanos()).unwrap_or(u64::MAX))
     }
 
-    pub(crate) fn gate(&self) -> Gate {
-        let until = self.open_until.load(Ordering::Acquire);
+    pub(crate) fn gate(&self, group: usize) -> Gate {
+        let cell = &self.open_until[group];
+        let until = cell.load(Ordering::Acquire);
         if until == CLOSED {
             return Gate::Pass;
         }
@@ -53,20 +82,21 @@ impl Circuit {
         if now < until {
             return Gate::Open;
         }
-        match self.open_until.compare_exchange(until, self.next_probe(now), Ordering::AcqRel, Ordering::Acquire) {
+        match cell.compare_exchange(until, self.next_probe(now), Ordering::AcqRel, Ordering::Acquire) {
             Ok(_) => Gate::Probe,
             Err(_) => Gate::Open,
         }
     }
 
     /// Records an answer; returns whether the circuit was open (the store just recovered).
-    pub(crate) fn answered(&self) -> bool {
-        self.open_until.load(Ordering::Acquire) != CLOSED && self.open_until.swap(CLOSED, Ordering::AcqRel) != CLOSED
+    pub(crate) fn answered(&self, group: usize) -> bool {
+        let cell = &self.open_until[group];
+        cell.load(Ordering::Acquire) != CLOSED && cell.swap(CLOSED, Ordering::AcqRel) != CLOSED
     }
 
     /// Records a failure: skip the store for one probe interval.
-    pub(crate) fn failed(&self) {
-        self.open_until.store(self.next_probe(self.now()), Ordering::Release);
+    pub(crate) fn failed(&self, group: usize) {
+        self.open_until[group].store(self.next_probe(self.now()), Ordering::Release);
     }
 
     pub(crate) fn probe_interval(&self) -> Duration {
@@ -80,20 +110,30 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn one_probe_per_interval_and_recovery_on_answer() {
-        let c = Circuit::new(Duration::from_millis(100));
-        assert_eq!(c.gate(), Gate::Pass);
-        c.failed();
-        assert_eq!(c.gate(), Gate::Open);
+        let c = Circuit::single(Duration::from_millis(100));
+        assert_eq!(c.gate(0), Gate::Pass);
+        c.failed(0);
+        assert_eq!(c.gate(0), Gate::Open);
         tokio::time::advance(Duration::from_millis(100)).await;
-        assert_eq!(c.gate(), Gate::Probe);
-        assert_eq!(c.gate(), Gate::Open, "only one probe per interval");
-        c.failed();
+        assert_eq!(c.gate(0), Gate::Probe);
+        assert_eq!(c.gate(0), Gate::Open, "only one probe per interval");
+        c.failed(0);
         tokio::time::advance(Duration::from_millis(99)).await;
-        assert_eq!(c.gate(), Gate::Open);
+        assert_eq!(c.gate(0), Gate::Open);
         tokio::time::advance(Duration::from_millis(1)).await;
-        assert_eq!(c.gate(), Gate::Probe);
-        assert!(c.answered(), "the probe's answer closes the circuit");
-        assert!(!c.answered());
-        assert_eq!(c.gate(), Gate::Pass);
+        assert_eq!(c.gate(0), Gate::Probe);
+        assert!(c.answered(0), "the probe's answer closes the circuit");
+        assert!(!c.answered(0));
+        assert_eq!(c.gate(0), Gate::Pass);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn cluster_groups_fail_independently() {
+        let c = Circuit::per_slot_group(Duration::from_millis(100));
+        let (a, b) = (c.group(b"foo"), c.group(b"bar")); // slots 12182 and 5061
+        assert_ne!(a, b);
+        c.failed(a);
+        assert_eq!(c.gate(a), Gate::Open);
+        assert_eq!(c.gate(b), Gate::Pass);
     }
 }

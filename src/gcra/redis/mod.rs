@@ -30,6 +30,7 @@ mod outage_log;
 mod policy;
 mod quota;
 mod script;
+mod slot;
 mod store;
 
 pub use error::RedisStoreError;

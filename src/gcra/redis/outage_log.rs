@@ -46,9 +46,12 @@ impl OutageLog {
     }
 
     /// The store answered again after failing.
+    /// Logs once per outage that was warned about (a cluster store recovers group by group).
     pub(crate) fn recovered(&self) {
+        if self.last_warn.swap(0, Ordering::AcqRel) == 0 {
+            return;
+        }
         let suppressed = self.suppressed.swap(0, Ordering::AcqRel);
-        self.last_warn.store(0, Ordering::Release);
         tracing::info!(topology = self.topology, suppressed, "Redis rate-limit store answering again");
     }
 }

@@ -198,6 +198,10 @@ impl RedisStoreBuilder {
         let keys = KeySpace::new(self.prefix)?;
         let conn = Connection::open(&self.target, self.connect_timeout).await?;
         let log = OutageLog::new(conn.topology());
+        let circuit = match conn {
+            Connection::Standalone(_) => Circuit::single(self.probe_interval),
+            Connection::Cluster(_) => Circuit::per_slot_group(self.probe_interval),
+        };
         Ok(RedisStore {
             inner: Arc::new(Inner {
                 conn,
@@ -205,7 +209,7 @@ impl RedisStoreBuilder {
                 timeout: self.timeout,
                 policy: self.policy,
                 time: self.time,
-                circuit: Circuit::new(self.probe_interval),
+                circuit,
                 log,
             }),
         })
@@ -245,7 +249,9 @@ impl RedisStore {
             return Err(GcraError::InsufficientCapacity { cost, burst: gcra.burst() });
         }
         let inner = &*self.inner;
-        if inner.circuit.gate() == Gate::Open {
+        let store_key = inner.keys.key(key);
+        let group = inner.circuit.group(&store_key);
+        if inner.circuit.gate(group) == Gate::Open {
             return Err(GcraError::StoreUnavailable {
                 reason: format!(
                     "Redis failed to answer recently; it is probed again every {:?}",
@@ -268,7 +274,6 @@ impl RedisStore {
                 (Some(now), u64::try_from(slack.as_millis()).unwrap_or(u64::MAX))
             }
         };
-        let store_key = inner.keys.key(key);
         let call = Call {
             key: &store_key,
             interval_us: gcra.interval_ticks(),
@@ -288,13 +293,13 @@ impl RedisStore {
         .await;
         let reply = match answer {
             Ok(Ok(reply)) => reply,
-            Ok(Err(e)) => return Err(self.failed(classify(&e, &store_key))),
+            Ok(Err(e)) => return Err(self.failed(group, classify(&e, &store_key))),
             Err(_) => {
-                return Err(self
-                    .failed(GcraError::StoreUnavailable { reason: format!("no answer within {:?}", inner.timeout) }));
+                let reason = format!("no answer within {:?}", inner.timeout);
+                return Err(self.failed(group, GcraError::StoreUnavailable { reason }));
             }
         };
-        if inner.circuit.answered() {
+        if inner.circuit.answered(group) {
             inner.log.recovered();
         }
         let (decision, at) = parse_reply(&reply, gcra.burst())?;
@@ -302,10 +307,10 @@ impl RedisStore {
     }
 
     /// Opens the circuit when the store is unavailable; passes the error on.
-    fn failed(&self, error: GcraError) -> GcraError {
+    fn failed(&self, group: usize, error: GcraError) -> GcraError {
         if matches!(error, GcraError::StoreUnavailable { .. }) {
-            self.inner.circuit.failed();
-        } else if self.inner.circuit.answered() {
+            self.inner.circuit.failed(group);
+        } else if self.inner.circuit.answered(group) {
             // The server answered, if only with an error: it is reachable again.
             self.inner.log.recovered();
         }
