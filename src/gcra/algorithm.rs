@@ -40,6 +40,9 @@ pub struct Gcra {
     inv_interval: f64,
 }
 
+// `inv_interval` is a function of `interval` (never NaN), so equality is an equivalence.
+impl Eq for Gcra {}
+
 /// What [`Gcra::decide`] returns: the decision, and the TAT to store if anything changed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Step {

@@ -20,6 +20,30 @@ pub enum GcraError {
         /// The configured maximum.
         max_keys: usize,
     },
+    /// A shared store (Redis) holds a value of another type at the limiter's key (`WRONGTYPE`):
+    /// something else writes there. Delete the key or give the limiter its own key prefix.
+    WrongType {
+        /// The store key, lossily decoded as UTF-8.
+        key: String,
+    },
+    /// A shared store holds a string at the limiter's key that is not a GCRA state (an integer TAT):
+    /// something else writes there. Delete the key or give the limiter its own key prefix.
+    CorruptState {
+        /// The store key, lossily decoded as UTF-8.
+        key: String,
+    },
+    /// A shared store refused the call for a reason that retrying will not fix, e.g. an ACL user
+    /// without permission for a command the limiter needs. The reason says what the server answered.
+    StoreRejected {
+        /// The server's answer and what to change.
+        reason: String,
+    },
+    /// A shared store did not answer within its timeout, or the connection failed. Only the raw
+    /// store API returns this; limiters answer such calls by their failure policy instead.
+    StoreUnavailable {
+        /// What went wrong.
+        reason: String,
+    },
 }
 
 impl fmt::Display for GcraError {
@@ -35,6 +59,25 @@ impl fmt::Display for GcraError {
                 "keyed rate limiter is full: {max_keys} keys are live and none has expired; \
                  raise max_keys or choose Overflow::AllowUntracked"
             ),
+            GcraError::WrongType { key } => write!(
+                f,
+                "store key {key:?} holds a value of another type (WRONGTYPE): something else writes there; \
+                 delete the key or give the limiter its own key prefix"
+            ),
+            GcraError::CorruptState { key } => write!(
+                f,
+                "store key {key:?} holds a string that is not a GCRA state: something else writes there; \
+                 delete the key or give the limiter its own key prefix"
+            ),
+            GcraError::StoreRejected { reason } => {
+                write!(f, "the rate-limit store refused the call: {reason}")
+            }
+            GcraError::StoreUnavailable { reason } => {
+                write!(
+                    f,
+                    "the rate-limit store did not answer: {reason} (limiters apply their failure policy to this)"
+                )
+            }
         }
     }
 }

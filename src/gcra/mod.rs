@@ -39,6 +39,8 @@ mod keyed;
 pub mod layer;
 mod limiter;
 mod quota;
+#[cfg(feature = "redis")]
+pub mod redis;
 mod store;
 mod table;
 pub mod two_tier;
@@ -51,4 +53,6 @@ pub use headers::{RATELIMIT_LIMIT, RATELIMIT_REMAINING, RATELIMIT_RESET};
 pub use keyed::{DEFAULT_MAX_KEYS, KeyedRateLimiter, KeyedRateLimiterBuilder, Overflow};
 pub use limiter::RateLimiter;
 pub use quota::{MAX_WINDOW, Quota, QuotaError};
+#[cfg(feature = "redis")]
+pub use redis::{FailurePolicy, RedisRateLimiter, RedisStore};
 pub use store::{BoxFuture, RateLimitStore};

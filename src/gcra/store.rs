@@ -55,3 +55,15 @@ impl<S: RateLimitStore + ?Sized> RateLimitStore for std::sync::Arc<S> {
         (**self).quota()
     }
 }
+
+/// Redis: one round trip per decision (see [`RedisRateLimiter`](crate::gcra::redis::RedisRateLimiter)).
+#[cfg(feature = "redis")]
+impl RateLimitStore for crate::gcra::redis::RedisRateLimiter {
+    fn check<'a>(&'a self, key: &'a [u8], cost: u32) -> BoxFuture<'a, Result<Decision, GcraError>> {
+        Box::pin(self.check_key_n(key, cost))
+    }
+
+    fn quota(&self) -> Quota {
+        *crate::gcra::redis::RedisRateLimiter::quota(self)
+    }
+}

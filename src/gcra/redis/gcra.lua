@@ -48,6 +48,7 @@ if stored then
 end
 
 local candidate = tat + cost * interval
+local allowed, at, retry_after = 1, candidate, -1
 if candidate - now <= window then
   if cost > 0 then
     local ttl_ms = math.ceil((candidate - now) / 1000) + (tonumber(ARGV[5]) or 0)
@@ -56,6 +57,19 @@ if candidate - now <= window then
     end
     redis.call('SET', KEYS[1], string.format('%d', candidate), 'PX', string.format('%d', ttl_ms))
   end
-  return {1, math.floor((now + window - candidate) / interval), -1, candidate - now, now}
+else
+  allowed, at, retry_after = 0, tat, candidate - window - now
 end
-return {0, math.floor((now + window - tat) / interval), candidate - window - now, tat - now, now}
+
+-- Tokens left: floor((now + window - at) / interval), never negative (an explicit clock that moved
+-- backwards may leave a TAT beyond the window). The quotient of two integers below 2^53 can round
+-- up to the next integer; the product check corrects that.
+local room = now + window - at
+local left = 0
+if room > 0 then
+  left = math.floor(room / interval)
+  if left * interval > room then
+    left = left - 1
+  end
+end
+return {allowed, left, retry_after, at - now, now}

@@ -1,0 +1,147 @@
+//! [`RedisRateLimiter`]: one quota for many keys, shared by every instance through a [`RedisStore`],
+//! with a failure policy for when Redis does not answer.
+
+use std::sync::Arc;
+
+use super::error::RedisStoreError;
+use super::policy::FailurePolicy;
+use super::quota::RedisQuota;
+use super::store::RedisStore;
+use crate::gcra::{Clock, Decision, Degradation, GcraError, KeyedRateLimiter, Overflow, Quota};
+
+/// A GCRA limiter whose state lives in Redis: every instance using the same store, prefix and
+/// quota enforces one global quota per key. Same semantics as
+/// [`KeyedRateLimiter`]: exact cost-n, denied requests change nothing, `cost > burst` is an error.
+///
+/// When Redis does not answer within the store's timeout, the store's [`FailurePolicy`] decides,
+/// and the decision says so in [`Decision::degraded`]. Cheap to clone.
+///
+/// ```no_run
+/// use flowguard::gcra::Quota;
+/// use flowguard::gcra::redis::{RedisRateLimiter, RedisStore};
+///
+/// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+/// let store = RedisStore::connect("redis://127.0.0.1:6379").await?;
+/// let limiter = RedisRateLimiter::new(store, Quota::per_second(10)?)?;
+/// let d = limiter.check_key_n(b"tenant-7", 3).await?;
+/// assert!(d.allowed && d.degraded.is_none());
+/// assert_eq!(d.remaining, 7);
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct RedisRateLimiter {
+    store: RedisStore,
+    quota: RedisQuota,
+    fallback: Option<Arc<LocalLimiter>>,
+}
+
+/// The in-memory limiter of [`FailurePolicy::LocalFallback`], keyed by store key.
+type LocalLimiter = KeyedRateLimiter<Vec<u8>, Arc<dyn Clock>>;
+
+impl RedisRateLimiter {
+    /// A limiter enforcing `quota` per key through `store`.
+    ///
+    /// Errors when the quota cannot be enforced at the store's microsecond resolution, or when the
+    /// store's policy is [`FailurePolicy::LocalFallback`] and this instance's share of the quota is
+    /// not a valid quota (e.g. a burst that rounds down to zero).
+    pub fn new(store: RedisStore, quota: Quota) -> Result<RedisRateLimiter, RedisStoreError> {
+        let quota = RedisQuota::new(quota)?;
+        let fallback = match store.failure_policy() {
+            FailurePolicy::LocalFallback(share) => {
+                let local = share.local_quota(quota.quota())?;
+                let limiter = KeyedRateLimiter::builder(local)
+                    .clock(store.local_clock())
+                    .overflow(Overflow::AllowUntracked)
+                    .build::<Vec<u8>>()
+                    .map_err(RedisStoreError::LocalFallback)?;
+                Some(Arc::new(limiter))
+            }
+            _ => None,
+        };
+        Ok(RedisRateLimiter {
+            store,
+            quota,
+            fallback,
+        })
+    }
+
+    /// Checks (and on success spends) one token for `key`.
+    pub async fn check_key(&self, key: &[u8]) -> Result<Decision, GcraError> {
+        self.check_key_n(key, 1).await
+    }
+
+    /// Checks (and on success spends) `cost` tokens for `key`; `cost == 0` peeks.
+    ///
+    /// `cost > burst` is [`GcraError::InsufficientCapacity`] without a round trip. A key holding
+    /// something else is [`GcraError::WrongType`] / [`GcraError::CorruptState`]; a refused command
+    /// [`GcraError::StoreRejected`]. An unavailable store is answered by the failure policy.
+    pub async fn check_key_n(&self, key: &[u8], cost: u32) -> Result<Decision, GcraError> {
+        match self.store.check(key, &self.quota, cost).await {
+            Ok(answer) => Ok(answer.decision),
+            Err(GcraError::StoreUnavailable { reason }) => Ok(self.degrade(key, cost, &reason)),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// The decision of the failure policy, reported.
+    fn degrade(&self, key: &[u8], cost: u32, reason: &str) -> Decision {
+        let policy = self.store.failure_policy();
+        self.store.report_degraded(policy.label(), reason);
+        let gcra = self.quota.gcra();
+        let denied = || {
+            Decision::new(
+                false,
+                gcra.burst(),
+                0,
+                Some(self.store.probe_interval()),
+                self.quota.quota().burst_window(),
+            )
+        };
+        match (&policy, &self.fallback) {
+            (FailurePolicy::LocalFallback(_), Some(local)) => {
+                match local.check_key_n(&self.store.key_for(key)[..], cost) {
+                    // A full local store answers new keys as untracked (FailOpen): keep that label.
+                    Ok(d) if d.degraded.is_some() => d,
+                    Ok(d) => d.degraded(Degradation::LocalFallback),
+                    // The request fits the global burst but not this instance's share of it.
+                    Err(_) => denied().degraded(Degradation::LocalFallback),
+                }
+            }
+            (FailurePolicy::FailClosed, _) => denied().degraded(Degradation::FailClosed),
+            _ => match gcra.decide(0, 0, cost) {
+                Ok(step) => step.decision.degraded(Degradation::FailOpen),
+                Err(_) => denied().degraded(Degradation::FailOpen),
+            },
+        }
+    }
+
+    /// The quota, as configured.
+    pub fn quota(&self) -> &Quota {
+        self.quota.quota()
+    }
+
+    /// The quota as the store enforces it (microsecond rule).
+    pub fn redis_quota(&self) -> &RedisQuota {
+        &self.quota
+    }
+
+    /// The local fallback's quota, when the policy is [`FailurePolicy::LocalFallback`].
+    pub fn local_quota(&self) -> Option<&Quota> {
+        self.fallback.as_ref().map(|f| f.quota())
+    }
+
+    /// The store.
+    pub fn store(&self) -> &RedisStore {
+        &self.store
+    }
+}
+
+impl std::fmt::Debug for RedisRateLimiter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisRateLimiter")
+            .field("store", &self.store)
+            .field("quota", self.quota.quota())
+            .field("local_quota", &self.local_quota())
+            .finish()
+    }
+}

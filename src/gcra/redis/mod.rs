@@ -1,0 +1,45 @@
+//! The Redis store: one GCRA quota per key shared by every instance, through Redis or Redis Cluster.
+//!
+//! Feature `redis` (and `redis-tls` for `rediss://`). One O(1) Lua script per decision
+//! (`gcra.lua`): one key per identity, one string value (the TAT in integer microseconds), a `PX`
+//! TTL so idle keys vanish, the full [`Decision`](crate::gcra::Decision) returned, cost-n exact,
+//! and the server's `TIME` as the clock. Decisions match the in-memory rule
+//! `Gcra::with_resolution(&quota, 1 µs)` exactly.
+//!
+//! * [`RedisStore`]: the connection (standalone or cluster), key prefix, timeout, failure policy,
+//!   time source; [`RedisStore::check`] is the raw call.
+//! * [`RedisRateLimiter`]: a quota over a store, applying the [`FailurePolicy`].
+//! * [`RedisQuota`]: a quota validated for the store's resolution and range.
+//! * Keys: see [`key`] for prefixing, length bounds and Redis Cluster hash tags.
+//!
+//! Degraded decisions (Redis slow, down, failing over) are counted in the
+//! [`DEGRADED_METRIC`] counter (`flowguard_redis_degraded_total{policy,topology}`) and logged with
+//! `tracing::warn!` at most once per second per store; the store is probed every
+//! [`DEFAULT_PROBE_INTERVAL`] and the first answer ends the degradation.
+//!
+//! An ACL user needs exactly `+evalsha +eval +get +set +time` (the last three are called by the
+//! script) and the prefix's keys, e.g.
+//! `ACL SETUSER limiter on >secret resetkeys ~flowguard:* resetchannels -@all +evalsha +eval +get +set +time`.
+
+mod circuit;
+mod connection;
+mod error;
+pub mod key;
+mod limiter;
+mod outage_log;
+mod policy;
+mod quota;
+mod script;
+mod slot;
+mod store;
+
+pub use error::RedisStoreError;
+pub use key::{DEFAULT_PREFIX, MAX_KEY_LEN, MAX_PREFIX_LEN};
+pub use limiter::RedisRateLimiter;
+pub use outage_log::DEGRADED_METRIC;
+pub use policy::{FailurePolicy, LocalShare};
+pub use quota::{MAX_REDIS_WINDOW, RESOLUTION, RedisQuota};
+pub use store::{
+    DEFAULT_CONNECT_TIMEOUT, DEFAULT_EXPLICIT_TTL_SLACK, DEFAULT_PROBE_INTERVAL, DEFAULT_TIMEOUT,
+    FLOWGUARD_EPOCH_UNIX_SECS, RedisStore, RedisStoreBuilder, StoreDecision,
+};

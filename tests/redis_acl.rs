@@ -1,0 +1,104 @@
+//! ACL users: a user limited to exactly the commands the store needs works, removing any one of
+//! them is a clear typed error, and a wrong password is a clear error at connect.
+#![cfg(feature = "redis")]
+
+mod support;
+
+use flowguard::gcra::redis::{RedisRateLimiter, RedisStore, RedisStoreError};
+use flowguard::gcra::{GcraError, Quota};
+use support::RedisServer;
+
+const NEEDED: [&str; 5] = ["evalsha", "eval", "get", "set", "time"];
+
+fn create_user(server: &RedisServer, name: &str, commands: &[&str]) {
+    let mut args = vec![
+        "acl",
+        "setuser",
+        name,
+        "reset",
+        "on",
+        ">s3cret",
+        "~flowguard:*",
+        "-@all",
+    ];
+    let grants: Vec<String> = commands.iter().map(|c| format!("+{c}")).collect();
+    args.extend(grants.iter().map(String::as_str));
+    assert_eq!(server.cli(&args), "OK");
+}
+
+fn url(server: &RedisServer, user: &str, password: &str) -> String {
+    format!("redis://{user}:{password}@127.0.0.1:{}", server.port)
+}
+
+#[tokio::test]
+async fn a_user_with_only_the_needed_commands_works() {
+    let server = RedisServer::start();
+    create_user(&server, "limiter", &NEEDED);
+    let store = RedisStore::connect(&url(&server, "limiter", "s3cret"))
+        .await
+        .unwrap();
+    let limiter = RedisRateLimiter::new(store, Quota::per_second(5).unwrap()).unwrap();
+    let d = limiter.check_key_n(b"k", 2).await.unwrap();
+    assert!(d.allowed && d.degraded.is_none());
+    assert_eq!(d.remaining, 3);
+    // Flushed script cache: the user can still load it through EVAL.
+    assert_eq!(server.cli(&["script", "flush"]), "OK");
+    assert_eq!(limiter.check_key(b"k").await.unwrap().remaining, 2);
+}
+
+#[tokio::test]
+async fn every_needed_command_is_needed() {
+    let server = RedisServer::start();
+    for missing in NEEDED {
+        let name = format!("without-{missing}");
+        let granted: Vec<&str> = NEEDED.iter().copied().filter(|c| *c != missing).collect();
+        create_user(&server, &name, &granted);
+        // Start from an empty script cache, as after a restart.
+        assert_eq!(server.cli(&["script", "flush"]), "OK");
+        let store = RedisStore::connect(&url(&server, &name, "s3cret"))
+            .await
+            .unwrap();
+        let limiter = RedisRateLimiter::new(store, Quota::per_second(5).unwrap()).unwrap();
+        let err = limiter.check_key(b"k").await.expect_err(missing);
+        match &err {
+            GcraError::StoreRejected { reason } => {
+                if missing.starts_with("eval") {
+                    assert!(reason.contains(missing), "names the command: {reason}");
+                }
+                assert!(
+                    reason.contains("+evalsha +eval +get +set +time"),
+                    "says what to grant: {reason}"
+                );
+            }
+            other => panic!("without +{missing}: expected StoreRejected, got {other:?}"),
+        }
+    }
+    // Keys outside the user's pattern are refused too.
+    create_user(&server, "other-keys", &NEEDED);
+    let store = RedisStore::standalone(url(&server, "other-keys", "s3cret"))
+        .prefix("elsewhere:")
+        .connect()
+        .await
+        .unwrap();
+    let limiter = RedisRateLimiter::new(store, Quota::per_second(5).unwrap()).unwrap();
+    assert!(matches!(
+        limiter.check_key(b"k").await,
+        Err(GcraError::StoreRejected { .. })
+    ));
+}
+
+#[tokio::test]
+async fn a_wrong_password_is_a_clear_error() {
+    let server = RedisServer::start();
+    create_user(&server, "limiter", &NEEDED);
+    let err = RedisStore::connect(&url(&server, "limiter", "wrong"))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, RedisStoreError::AuthFailed { .. }), "{err:?}");
+    let msg = err.to_string();
+    assert!(msg.contains("check the user name and password"), "{msg}");
+    let err = RedisStore::connect(&url(&server, "nobody", "s3cret"))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, RedisStoreError::AuthFailed { .. }), "{err:?}");
+}

@@ -1,0 +1,226 @@
+//! Faults: the server killed mid-load, restarted, paused, its script cache flushed. Every
+//! decision comes back, made by the failure policy and marked degraded; Redis is used again as
+//! soon as it answers.
+#![cfg(feature = "redis")]
+
+mod support;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use flowguard::gcra::redis::{FailurePolicy, RedisRateLimiter, RedisStore};
+use flowguard::gcra::{Decision, Degradation, ManualClock, Quota};
+use support::RedisServer;
+
+/// A bound on any single check, far above the store's timeout: a check exceeding it is a hang.
+const HANG: Duration = Duration::from_secs(3);
+
+async fn check(limiter: &RedisRateLimiter, key: &[u8]) -> Decision {
+    tokio::time::timeout(HANG, limiter.check_key(key))
+        .await
+        .expect("a check hung")
+        .expect("no typed error")
+}
+
+/// Polls until a decision is made by Redis again (bounded).
+async fn until_recovered(limiter: &RedisRateLimiter) -> Decision {
+    for _ in 0..200 {
+        let d = check(limiter, b"probe").await;
+        if d.degraded.is_none() {
+            return d;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("the store did not recover");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killed_mid_load_fails_closed_then_recovers_after_restart() {
+    let mut server = RedisServer::start();
+    let store = RedisStore::standalone(server.url())
+        .failure_policy(FailurePolicy::FailClosed)
+        .connect()
+        .await
+        .unwrap();
+    let limiter = RedisRateLimiter::new(store, Quota::per_second(1_000_000).unwrap()).unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut load = Vec::new();
+    for task in 0..16u32 {
+        let (limiter, stop) = (limiter.clone(), stop.clone());
+        load.push(tokio::spawn(async move {
+            let mut decisions = Vec::new();
+            let mut i = 0u32;
+            while !stop.load(Ordering::Relaxed) {
+                i += 1;
+                decisions.push(check(&limiter, format!("{task}-{i}").as_bytes()).await);
+                tokio::task::yield_now().await;
+            }
+            decisions
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    server.kill();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    stop.store(true, Ordering::Relaxed);
+    let mut normal = 0;
+    let mut degraded = 0;
+    for t in load {
+        for d in t.await.unwrap() {
+            match d.degraded {
+                None => {
+                    assert!(
+                        d.allowed,
+                        "fresh keys under a huge quota are allowed by Redis"
+                    );
+                    normal += 1;
+                }
+                Some(how) => {
+                    assert_eq!(how, Degradation::FailClosed);
+                    assert!(!d.allowed, "fail closed denies");
+                    assert_eq!(d.retry_after, Some(limiter.store().probe_interval()));
+                    degraded += 1;
+                }
+            }
+        }
+    }
+    assert!(
+        normal > 0 && degraded > 0,
+        "normal {normal}, degraded {degraded}"
+    );
+    // Still down: still failing closed.
+    assert_eq!(
+        check(&limiter, b"x").await.degraded,
+        Some(Degradation::FailClosed)
+    );
+    server.restart();
+    let d = until_recovered(&limiter).await;
+    assert!(d.allowed);
+}
+
+#[tokio::test]
+async fn fail_open_allows_while_down() {
+    let mut server = RedisServer::start();
+    let store = RedisStore::standalone(server.url())
+        .connect()
+        .await
+        .unwrap();
+    assert_eq!(store.failure_policy(), FailurePolicy::FailOpen);
+    let limiter = RedisRateLimiter::new(store, Quota::per_second(10).unwrap()).unwrap();
+    assert!(check(&limiter, b"k").await.degraded.is_none());
+    server.kill();
+    for _ in 0..20 {
+        let d = check(&limiter, b"k").await;
+        assert_eq!(d.degraded, Some(Degradation::FailOpen));
+        assert!(d.allowed);
+        assert_eq!(d.remaining, 9, "reported as an idle key");
+    }
+}
+
+#[tokio::test]
+async fn local_fallback_enforces_this_instances_share() {
+    let mut server = RedisServer::start();
+    let clock = ManualClock::new();
+    let store = RedisStore::standalone(server.url())
+        .explicit_time(clock.clone())
+        .failure_policy(FailurePolicy::local_instances(2))
+        .connect()
+        .await
+        .unwrap();
+    let limiter = RedisRateLimiter::new(store, Quota::per_second(10).unwrap()).unwrap();
+    let local = *limiter.local_quota().unwrap();
+    assert_eq!(
+        (local.burst(), local.emission_interval()),
+        (5, Duration::from_millis(200))
+    );
+    assert!(check(&limiter, b"k").await.degraded.is_none());
+    server.kill();
+    for i in 0..5 {
+        let d = check(&limiter, b"k").await;
+        assert_eq!(d.degraded, Some(Degradation::LocalFallback), "request {i}");
+        assert!(d.allowed, "request {i}");
+    }
+    let d = check(&limiter, b"k").await;
+    assert_eq!(d.degraded, Some(Degradation::LocalFallback));
+    assert!(!d.allowed, "the local share (burst 5) is spent");
+    assert_eq!(d.retry_after, Some(Duration::from_millis(200)));
+    // A cost that fits the global burst but not the local share is denied, not an error.
+    let d = tokio::time::timeout(HANG, limiter.check_key_n(b"other", 8))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        (d.allowed, d.degraded),
+        (false, Some(Degradation::LocalFallback))
+    );
+    clock.advance(Duration::from_millis(200));
+    assert!(check(&limiter, b"k").await.allowed);
+}
+
+#[tokio::test]
+async fn client_pause_times_out_into_the_policy_and_recovers() {
+    let server = RedisServer::start();
+    let store = RedisStore::standalone(server.url())
+        .failure_policy(FailurePolicy::FailClosed)
+        .connect()
+        .await
+        .unwrap();
+    let limiter = RedisRateLimiter::new(store, Quota::per_second(100).unwrap()).unwrap();
+    assert!(check(&limiter, b"k").await.degraded.is_none());
+    assert_eq!(server.cli(&["client", "pause", "400", "all"]), "OK");
+    let d = check(&limiter, b"k").await;
+    assert_eq!(
+        d.degraded,
+        Some(Degradation::FailClosed),
+        "a paused server does not answer within the timeout"
+    );
+    // Calls within the probe interval do not wait for the server at all.
+    assert_eq!(
+        check(&limiter, b"k").await.degraded,
+        Some(Degradation::FailClosed)
+    );
+    let d = until_recovered(&limiter).await;
+    assert!(d.allowed);
+}
+
+#[tokio::test]
+async fn script_flush_and_restart_are_recovered_from_transparently() {
+    let mut server = RedisServer::start();
+    let clock = ManualClock::new();
+    let store = RedisStore::standalone(server.url())
+        .failure_policy(FailurePolicy::FailClosed)
+        .explicit_time(clock.clone())
+        .connect()
+        .await
+        .unwrap();
+    let limiter = RedisRateLimiter::new(store, Quota::per_second(10).unwrap()).unwrap();
+    let sha = sha1_smol::Sha1::from(include_str!("../src/gcra/redis/gcra.lua"))
+        .digest()
+        .to_string();
+    assert_eq!(check(&limiter, b"k").await.remaining, 9);
+    assert_eq!(server.cli(&["script", "exists", &sha]), "1");
+    assert_eq!(server.cli(&["script", "flush"]), "OK");
+    assert_eq!(server.cli(&["script", "exists", &sha]), "0");
+    let d = check(&limiter, b"k").await;
+    assert_eq!(
+        (d.degraded, d.remaining),
+        (None, 8),
+        "NOSCRIPT answered by EVAL, state kept"
+    );
+    assert_eq!(
+        server.cli(&["script", "exists", &sha]),
+        "1",
+        "EVAL cached the script again"
+    );
+    let stats = server.cli(&["info", "commandstats"]);
+    assert!(stats.contains("cmdstat_eval:calls=2"), "{stats}");
+    // A restarted (empty) server has no scripts either.
+    server.restart();
+    until_recovered(&limiter).await;
+    let d = check(&limiter, b"k").await;
+    assert_eq!(
+        (d.degraded, d.remaining),
+        (None, 9),
+        "the empty server decides with a freshly loaded script"
+    );
+}

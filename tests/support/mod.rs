@@ -1,0 +1,241 @@
+//! Test harness: real `redis-server` processes on free loopback ports, without persistence,
+//! killed on drop (also when a test panics).
+#![allow(dead_code)]
+
+use std::collections::HashSet;
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// Ports handed out in this process, so parallel tests never share one.
+static TAKEN: Mutex<Option<HashSet<u16>>> = Mutex::new(None);
+
+/// How long a server may take to accept connections.
+const READY_WITHIN: Duration = Duration::from_secs(10);
+
+/// A free loopback port whose cluster bus port (`port + 10000`) is free too.
+fn free_port() -> u16 {
+    for _ in 0..1000 {
+        let port = TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        if port > 55_000 || TcpListener::bind(("127.0.0.1", port + 10_000)).is_err() {
+            continue;
+        }
+        let mut taken = TAKEN.lock().unwrap();
+        if taken.get_or_insert_with(HashSet::new).insert(port) {
+            return port;
+        }
+    }
+    panic!("no free port pair found");
+}
+
+/// One `redis-server` process.
+pub struct RedisServer {
+    child: Option<Child>,
+    pub port: u16,
+    dir: PathBuf,
+    extra: Vec<String>,
+}
+
+impl RedisServer {
+    pub fn start() -> RedisServer {
+        RedisServer::start_with(&[])
+    }
+
+    /// Starts a server with extra `--option value` arguments.
+    pub fn start_with(extra: &[&str]) -> RedisServer {
+        let port = free_port();
+        let dir =
+            std::env::temp_dir().join(format!("flowguard-redis-{}-{port}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut server = RedisServer {
+            child: None,
+            port,
+            dir,
+            extra: extra.iter().map(|s| s.to_string()).collect(),
+        };
+        server.spawn();
+        server
+    }
+
+    fn spawn(&mut self) {
+        let child = Command::new("redis-server")
+            .args([
+                "--port",
+                &self.port.to_string(),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+            ])
+            .args([
+                "--dir",
+                self.dir.to_str().unwrap(),
+                "--logfile",
+                "redis.log",
+                "--protected-mode",
+                "no",
+            ])
+            .args(&self.extra)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("redis-server must be installed");
+        self.child = Some(child);
+        self.wait_ready();
+    }
+
+    /// Polls until the server answers a PING (any reply, e.g. NOAUTH, means it is serving).
+    fn wait_ready(&mut self) {
+        let deadline = Instant::now() + READY_WITHIN;
+        loop {
+            if let Ok(mut s) = TcpStream::connect(("127.0.0.1", self.port)) {
+                let _ = s.set_read_timeout(Some(Duration::from_millis(500)));
+                let mut buf = [0u8; 64];
+                if s.write_all(b"PING\r\n").is_ok()
+                    && matches!(s.read(&mut buf), Ok(n) if n > 0 && !buf[..n].starts_with(b"-LOADING"))
+                {
+                    return;
+                }
+            }
+            if let Some(status) = self
+                .child
+                .as_mut()
+                .and_then(|c| c.try_wait().ok().flatten())
+            {
+                panic!(
+                    "redis-server on port {} exited: {status}; see {}",
+                    self.port,
+                    self.dir.join("redis.log").display()
+                );
+            }
+            assert!(
+                Instant::now() < deadline,
+                "redis-server on port {} not ready within {READY_WITHIN:?}",
+                self.port
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    pub fn addr(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    /// Runs `redis-cli -p PORT args...` and returns its output (trimmed).
+    pub fn cli(&self, args: &[&str]) -> String {
+        let out = Command::new("redis-cli")
+            .args(["-p", &self.port.to_string()])
+            .args(args)
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    }
+
+    /// The last lines of the server's log.
+    pub fn log_tail(&self) -> String {
+        let log = std::fs::read_to_string(self.dir.join("redis.log")).unwrap_or_default();
+        let lines: Vec<&str> = log.lines().collect();
+        lines[lines.len().saturating_sub(30)..].join("\n")
+    }
+
+    /// Kills the server (SIGKILL) and waits for it to exit.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Starts the server again on the same port (empty: no persistence).
+    pub fn restart(&mut self) {
+        self.kill();
+        self.spawn();
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        self.kill();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// A local Redis Cluster: 3 masters, 3 replicas.
+pub struct RedisCluster {
+    pub nodes: Vec<RedisServer>,
+}
+
+impl RedisCluster {
+    pub fn start() -> RedisCluster {
+        let nodes: Vec<RedisServer> = (0..6)
+            .map(|_| {
+                RedisServer::start_with(&[
+                    "--cluster-enabled",
+                    "yes",
+                    "--cluster-config-file",
+                    "nodes.conf",
+                    "--cluster-node-timeout",
+                    "2000",
+                ])
+            })
+            .collect();
+        let mut args: Vec<String> = vec!["--cluster".into(), "create".into()];
+        args.extend(nodes.iter().map(RedisServer::addr));
+        args.extend([
+            "--cluster-replicas".into(),
+            "1".into(),
+            "--cluster-yes".into(),
+        ]);
+        let out = Command::new("redis-cli").args(&args).output().unwrap();
+        assert!(
+            out.status.success(),
+            "cluster create failed: {}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+        let cluster = RedisCluster { nodes };
+        cluster.wait_ok();
+        cluster
+    }
+
+    /// Polls until every node reports `cluster_state:ok` and knows all six nodes, and every
+    /// replica's link to its master is up (a manual failover needs a synced replica).
+    pub fn wait_ok(&self) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !self.nodes.iter().all(|n| {
+            let info = n.cli(&["cluster", "info"]);
+            let replication = n.cli(&["info", "replication"]);
+            info.contains("cluster_state:ok")
+                && info.contains("cluster_known_nodes:6")
+                && (replication.contains("role:master")
+                    || replication.contains("master_link_status:up"))
+        }) {
+            assert!(Instant::now() < deadline, "cluster not ok within 30 s");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    pub fn urls(&self) -> Vec<String> {
+        self.nodes.iter().map(RedisServer::url).collect()
+    }
+
+    /// The nodes whose `ROLE` is `slave`.
+    pub fn replicas(&self) -> Vec<&RedisServer> {
+        self.nodes
+            .iter()
+            .filter(|n| n.cli(&["role"]).starts_with("slave"))
+            .collect()
+    }
+}
