@@ -16,7 +16,7 @@
 //!   the JSON field `reconverge_s` is the worse of the two, `reconverge_each_s` lists both.
 //!
 //! ```text
-//! cargo run --release --example vegas_sim -- [--json] [--plot DIR] [--seed N]
+//! cargo run --release --example vegas_sim -- [--json] [--plot DIR] [--seed N] [--slots N]
 //! ```
 
 use std::cmp::Reverse;
@@ -49,10 +49,10 @@ struct Scenario {
 }
 
 impl Scenario {
-    fn standard(seed: u64) -> Self {
+    fn standard(seed: u64, slots: usize) -> Self {
         Self {
-            slots: 50,
-            queue_capacity: 100,
+            slots,
+            queue_capacity: 2 * slots,
             service: Duration::from_millis(20),
             jitter: 0.1,
             offered_load: 3.0,
@@ -158,23 +158,24 @@ fn simulate(scenario: &Scenario, algorithm: impl LimitAlgorithm) -> Result<Repor
     let mut ratios = Vec::new();
     let mut next_observation = 0_u64;
 
-    let mut start_service = |call: Call,
-                             now: u64,
-                             rng: &mut SmallRng,
-                             completions: &mut BinaryHeap<Reverse<(u64, u64)>>,
-                             in_service: &mut hashbrown::HashMap<u64, InService>| {
-        let spread = 1.0 + scenario.jitter * (2.0 * rng.random::<f64>() - 1.0);
-        let service_nanos = (scenario.mean_service_nanos(now) * spread) as u64;
-        sequence += 1;
-        completions.push(Reverse((now + service_nanos, sequence)));
-        in_service.insert(
-            sequence,
-            InService {
-                call,
-                service_nanos,
-            },
-        );
-    };
+    let mut start_service =
+        |call: Call,
+         now: u64,
+         rng: &mut SmallRng,
+         completions: &mut BinaryHeap<Reverse<(u64, u64)>>,
+         in_service: &mut hashbrown::HashMap<u64, InService>| {
+            let spread = 1.0 + scenario.jitter * (2.0 * rng.random::<f64>() - 1.0);
+            let service_nanos = (scenario.mean_service_nanos(now) * spread) as u64;
+            sequence += 1;
+            completions.push(Reverse((now + service_nanos, sequence)));
+            in_service.insert(
+                sequence,
+                InService {
+                    call,
+                    service_nanos,
+                },
+            );
+        };
 
     loop {
         let next_completion = completions.peek().map(|Reverse((at, _))| *at);
@@ -341,10 +342,7 @@ fn plot(dir: &Path, scenario: &Scenario, reports: &[Report]) -> Result<PathBuf, 
             .draw_series(LineSeries::new(in_flight, &RED))?
             .label("in flight")
             .legend(|(x, y)| PathElement::new([(x, y), (x + 15, y)], RED));
-        chart
-            .configure_series_labels()
-            .border_style(BLACK)
-            .draw()?;
+        chart.configure_series_labels().border_style(BLACK).draw()?;
 
         let latency = series(&|w| Window::p99(&mut w.latency_ms.clone()));
         let top = latency.iter().map(|p| p.1).fold(1.0, f64::max);
@@ -398,16 +396,25 @@ fn json(reports: &[Report]) -> String {
 
 fn main() -> Result<(), Box<dyn Error>> {
     let mut args = std::env::args().skip(1);
-    let (mut as_json, mut plot_dir, mut seed) = (false, None, 7_u64);
+    let (mut as_json, mut plot_dir, mut seed, mut slots) = (false, None, 7_u64, 50_usize);
     while let Some(arg) = args.next() {
         match arg.as_str() {
             "--json" => as_json = true,
             "--plot" => plot_dir = Some(PathBuf::from(args.next().ok_or("--plot needs a DIR")?)),
             "--seed" => seed = args.next().ok_or("--seed needs a number")?.parse()?,
-            other => return Err(format!("unknown argument `{other}`; use --json, --plot DIR, --seed N").into()),
+            "--slots" => slots = args.next().ok_or("--slots needs a number")?.parse()?,
+            other => {
+                return Err(format!(
+                    "unknown argument `{other}`; use --json, --plot DIR, --seed N, --slots N"
+                )
+                .into());
+            }
         }
     }
-    let scenario = Scenario::standard(seed);
+    if slots == 0 {
+        return Err("--slots must be at least 1".into());
+    }
+    let scenario = Scenario::standard(seed, slots);
     println!(
         "downstream: {} slots, {:?} service (+/-{}%), queue {}; offered {}x capacity; {}x slowdown at {:?}, recovery at {:?}, end {:?}; seed {}",
         scenario.slots,

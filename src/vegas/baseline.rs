@@ -1,11 +1,13 @@
-//! A robust estimate of the unloaded round-trip time ("rtt_base").
+//! Windows of RTT samples and a robust estimate of the unloaded RTT ("rtt_base").
 //!
 //! Known failure: implementations that keep the single smallest RTT ever seen let one lucky
 //! sample (a cache hit, a fast error) poison the baseline, after which every normal sample looks
-//! queued and the limit collapses. Here the baseline is the low percentile of a window of
-//! successful samples, so it ignores a single outlier, and it only falls window by window.
-//! Raising it is the caller's job (see [`Vegas`](super::Vegas) probing): it is only raised to
-//! the low percentile of samples taken at reduced concurrency, never to one loaded sample.
+//! queued and the limit collapses. Here both sides of the Vegas comparison use the same robust
+//! statistic, the low percentile of a window of successful samples: the baseline is the lowest
+//! window low seen, the recent RTT is the current window's low. A single outlier never counts,
+//! and service-time jitter does not read as a queue. Raising the baseline is the caller's job
+//! (see [`Vegas`](super::Vegas) probing): it is only raised to the low percentile of samples
+//! taken at reduced concurrency, never to one loaded sample.
 
 /// Index of the low percentile (p10) in a sorted slice of `len` samples. It always skips the
 /// smallest sample when there are two or more, so a single outlier never becomes the baseline.
@@ -19,46 +21,94 @@ pub(crate) fn low_percentile(samples: &mut [u64]) -> Option<u64> {
     samples.get(low_percentile_index(samples.len())).copied()
 }
 
-/// Windowed low-percentile estimate of the unloaded RTT, in nanoseconds.
-#[derive(Debug, Clone)]
-pub(crate) struct Baseline {
-    window: Vec<u64>,
-    window_len: usize,
-    estimate: Option<u64>,
+/// A summary of one complete window of successful samples.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct WindowSummary {
+    /// Low percentile of the window's RTTs, in nanoseconds.
+    pub(crate) low: u64,
+    /// Samples in the window.
+    pub(crate) samples: usize,
+    /// Mean in-flight count (at grant) of the window's samples.
+    pub(crate) mean_in_flight: f64,
 }
 
-impl Baseline {
-    /// A tracker that summarises every `window_len` (>= 2) samples.
-    pub(crate) fn new(window_len: usize) -> Self {
+/// Collects successful samples until a window is complete. The buffer is reused.
+#[derive(Debug, Clone)]
+pub(crate) struct SampleWindow {
+    rtts: Vec<u64>,
+    in_flight_sum: f64,
+}
+
+impl SampleWindow {
+    /// An empty window with room for `capacity` samples.
+    pub(crate) fn with_capacity(capacity: usize) -> Self {
         Self {
-            window: Vec::with_capacity(window_len),
-            window_len,
-            estimate: None,
+            rtts: Vec::with_capacity(capacity),
+            in_flight_sum: 0.0,
         }
     }
 
+    /// Adds a sample; once the window holds `len` (>= 2) samples, summarises and empties it.
+    pub(crate) fn push(
+        &mut self,
+        rtt_nanos: u64,
+        in_flight: usize,
+        len: usize,
+    ) -> Option<WindowSummary> {
+        self.rtts.push(rtt_nanos.max(1));
+        self.in_flight_sum += in_flight as f64;
+        if self.rtts.len() < len.max(2) {
+            return None;
+        }
+        let samples = self.rtts.len();
+        let mean_in_flight = self.in_flight_sum / samples as f64;
+        let low = low_percentile(&mut self.rtts);
+        self.clear();
+        low.map(|low| WindowSummary {
+            low,
+            samples,
+            mean_in_flight,
+        })
+    }
+
+    /// Drops the samples collected so far.
+    pub(crate) fn clear(&mut self) {
+        self.rtts.clear();
+        self.in_flight_sum = 0.0;
+    }
+}
+
+/// The unloaded-RTT estimate, in nanoseconds.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Baseline {
+    estimate: Option<u64>,
+    last_window: Option<u64>,
+}
+
+impl Baseline {
     /// The current estimate; `None` until the first window is complete.
     pub(crate) fn estimate(&self) -> Option<u64> {
         self.estimate
     }
 
-    /// Adds a successful sample; when a window completes, the estimate falls to the window's low
-    /// percentile if that is lower (or is set from it, for the first window).
-    pub(crate) fn observe(&mut self, rtt_nanos: u64) {
-        self.window.push(rtt_nanos.max(1));
-        if self.window.len() < self.window_len {
-            return;
-        }
-        if let Some(low) = low_percentile(&mut self.window) {
-            self.estimate = Some(self.estimate.map_or(low, |current| current.min(low)));
-        }
-        self.window.clear();
+    /// The low percentile of the last complete window (the recent RTT, not the baseline).
+    pub(crate) fn last_window(&self) -> Option<u64> {
+        self.last_window
     }
 
-    /// Replaces the estimate with a re-learned value (from a probe) and starts a fresh window.
+    /// Takes a complete window's low percentile: the estimate falls to it if it is lower (or is
+    /// set from it, for the first window). It never rises here.
+    pub(crate) fn observe(&mut self, window_low: u64) {
+        self.last_window = Some(window_low);
+        self.estimate = Some(
+            self.estimate
+                .map_or(window_low, |current| current.min(window_low)),
+        );
+    }
+
+    /// Replaces the estimate with a re-learned value (from a probe).
     pub(crate) fn relearn(&mut self, rtt_nanos: u64) {
         self.estimate = Some(rtt_nanos.max(1));
-        self.window.clear();
     }
 }
 
@@ -67,43 +117,37 @@ mod tests {
     use super::*;
 
     #[test]
-    fn one_outlier_does_not_become_the_baseline() {
-        let mut baseline = Baseline::new(10);
-        baseline.observe(1_000); // 1 us
-        for _ in 0..9 {
-            baseline.observe(10_000_000);
+    fn one_outlier_does_not_become_the_window_low() {
+        let mut window = SampleWindow::with_capacity(10);
+        assert_eq!(window.push(1_000, 1, 10), None); // 1 us
+        for _ in 0..8 {
+            assert_eq!(window.push(10_000_000, 3, 10), None);
         }
-        assert_eq!(baseline.estimate(), Some(10_000_000));
+        let summary = window.push(10_000_000, 3, 10);
+        assert_eq!(
+            summary,
+            Some(WindowSummary {
+                low: 10_000_000,
+                samples: 10,
+                mean_in_flight: 2.8
+            })
+        );
     }
 
     #[test]
-    fn estimate_falls_window_by_window_and_relearns_upward_only_on_request() {
-        let mut baseline = Baseline::new(4);
-        for rtt in [30, 30, 30, 30] {
-            baseline.observe(rtt);
-        }
-        assert_eq!(baseline.estimate(), Some(30));
-        for rtt in [10, 10, 10, 10] {
-            baseline.observe(rtt);
-        }
-        assert_eq!(baseline.estimate(), Some(10));
-        for rtt in [50, 50, 50, 50] {
-            baseline.observe(rtt);
-        }
+    fn estimate_falls_window_by_window_and_rises_only_when_relearned() {
+        let mut baseline = Baseline::default();
+        assert_eq!(baseline.estimate(), None);
+        baseline.observe(30);
+        baseline.observe(10);
+        baseline.observe(50);
         assert_eq!(
             baseline.estimate(),
             Some(10),
             "a loaded window never raises it"
         );
+        assert_eq!(baseline.last_window(), Some(50));
         baseline.relearn(40);
         assert_eq!(baseline.estimate(), Some(40));
-    }
-
-    #[test]
-    fn no_estimate_before_the_first_window() {
-        let mut baseline = Baseline::new(3);
-        baseline.observe(5);
-        baseline.observe(5);
-        assert_eq!(baseline.estimate(), None);
     }
 }

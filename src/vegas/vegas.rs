@@ -1,29 +1,35 @@
 //! The Vegas limit algorithm: keep a small, bounded queue at the dependency.
 //!
-//! For each successful call, `queue = limit * (1 - rtt_base / rtt)` estimates how many calls are
-//! waiting at the dependency rather than being served. Below `alpha` the limit grows, above `beta`
-//! it shrinks, in between it holds. What this implementation adds to the textbook rule, each
-//! against a known failure of existing implementations:
+//! `queue = limit * (1 - rtt_base / rtt)` estimates how many calls are waiting at the dependency
+//! rather than being served. Below `alpha` the limit grows, above `beta` it shrinks, in between
+//! it holds. What this implementation adds to the textbook rule, each against a known failure of
+//! existing implementations:
 //!
-//! - **Robust baseline.** `rtt_base` is the low percentile of windows of successful samples
-//!   (see `baseline.rs`): one lucky 1 us sample or a burst of fast failures
-//!   (dropped calls never feed it) cannot poison it.
-//! - **Probing without adopting a loaded sample.** The baseline is re-learned periodically, and
-//!   at once when the queue estimate stays above `beta` for several rounds despite cuts (the sign
-//!   of a stale, too-low baseline after the dependency got slower). A probe lowers the limit to
-//!   `probe_ratio * limit`, waits one round, and takes the low percentile of samples that were
+//! - **Robust baseline.** Samples are judged in windows (at least `baseline_window` successful
+//!   samples, or half the limit if larger). `rtt` is the window's low percentile and `rtt_base`
+//!   the lowest window low seen (see `baseline.rs`): one lucky 1 us sample, or a burst of fast
+//!   failures (dropped calls never feed it), cannot poison it, and service-time jitter does not
+//!   read as a queue.
+//! - **Re-learning without adopting a loaded sample.** The baseline is re-learned periodically,
+//!   and at once when the queue estimate stays above `beta` for `stale_rounds` rounds despite
+//!   cuts (the sign of a stale, too-low baseline after the dependency got slower). A probe lowers
+//!   the limit to `probe_ratio * limit`, skips one round, and takes the low percentile of samples
 //!   granted with at most that many calls in flight: samples at reduced concurrency, never one
-//!   loaded sample.
+//!   loaded sample. If their RTT did not fall with the concurrency, the congestion was a stale
+//!   baseline, and the cuts it caused are undone. A window much faster than the baseline (the
+//!   dependency sped up) also starts a probe, because the windows after it are loaded by the
+//!   limit that suited the slower dependency.
 //! - **Multiplicative cuts on drops**, at most once per round of calls, so a real overload halves
-//!   the load quickly while a burst of fast failures costs one cut, not a collapse.
-//! - **Growth only when used**: the limit grows only for samples granted while
-//!   `in_flight >= limit / 2`.
-//! - **Per-round steps.** Each sample moves the limit by `smoothing * step / in_flight`, so over
-//!   one round trip the limit moves by about `smoothing * step`, where `step` aims the queue at the
-//!   middle of `[alpha, beta]`; with no queue at all the limit grows by `growth_ratio` per round.
+//!   the load at once while a burst of fast failures costs one cut, not a collapse.
+//! - **Growth only when used**: only windows whose calls were granted with, on average,
+//!   `in_flight >= limit / 2` grow the limit.
+//! - **Per-round steps.** A window of `n` samples moves the limit by
+//!   `smoothing * step * n / in_flight`, about `smoothing * step` per round trip, where `step`
+//!   aims the queue at the middle of `[alpha, beta]`; with no queue at all the limit grows by at
+//!   least `growth_ratio` of itself per round (less as the queue nears `alpha`).
 
 use super::algorithm::{LimitAlgorithm, LimitBounds, Outcome, Sample};
-use super::baseline::{Baseline, low_percentile};
+use super::baseline::{Baseline, SampleWindow, WindowSummary, low_percentile};
 use super::error::{ConfigError, check_range};
 
 /// Settings of the [`Vegas`] algorithm. Start from [`VegasConfig::default`].
@@ -36,7 +42,7 @@ pub struct VegasConfig {
     /// Shrink while more than `beta` calls are estimated to queue (default 6).
     pub beta: f64,
     /// Scale `alpha` and `beta` by `max(1, log10(limit))`, as the well-known Java implementation
-    /// does, so large limits tolerate proportionally larger queues (default off).
+    /// does, so large limits tolerate proportionally larger queues (default on).
     pub log10_scaling: bool,
     /// Share of the computed per-round step applied, in `(0, 1]` (default 0.5).
     pub smoothing: f64,
@@ -45,13 +51,15 @@ pub struct VegasConfig {
     /// Growth per round while no queue is measured, as a share of the limit, in `[0, 10]`
     /// (default 0.25).
     pub growth_ratio: f64,
-    /// Successful samples per baseline window, at least 4 (default 32).
+    /// Minimum successful samples per window (windows hold at least half the limit), at least 4
+    /// (default 16).
     pub baseline_window: usize,
-    /// Samples between periodic re-learning probes (default 20 000).
+    /// Rounds (of `limit` samples) between periodic re-learning probes, at least 1 (default 200).
     pub probe_interval: usize,
     /// The limit during a probe, as a share of the current limit, in `(0, 1)` (default 0.75).
     pub probe_ratio: f64,
-    /// Samples at reduced concurrency a probe collects, at least 4 (default 16).
+    /// Minimum samples at reduced concurrency a probe collects (it takes at least half the probe
+    /// limit), at least 4 (default 16).
     pub probe_samples: usize,
     /// Rounds (of `limit` samples) the queue estimate must stay above `beta` before the baseline is
     /// suspected stale and re-learned, at least 1 (default 4).
@@ -64,12 +72,12 @@ impl Default for VegasConfig {
             bounds: LimitBounds::default(),
             alpha: 3.0,
             beta: 6.0,
-            log10_scaling: false,
+            log10_scaling: true,
             smoothing: 0.5,
             backoff_ratio: 0.5,
             growth_ratio: 0.25,
-            baseline_window: 32,
-            probe_interval: 20_000,
+            baseline_window: 16,
+            probe_interval: 200,
             probe_ratio: 0.75,
             probe_samples: 16,
             stale_rounds: 4.0,
@@ -153,6 +161,8 @@ enum Phase {
         skip: usize,
         /// Samples seen since the probe began (to give up on an idle caller).
         seen: usize,
+        /// Started while the queue estimate was above `beta` (a stale baseline is possible).
+        stale: bool,
     },
 }
 
@@ -181,13 +191,15 @@ enum Phase {
 pub struct Vegas {
     config: VegasConfig,
     estimate: f64,
+    window: SampleWindow,
     baseline: Baseline,
     phase: Phase,
     probe_buffer: Vec<u64>,
     samples_since_probe: usize,
     samples_since_cut: usize,
     cut_cooldown: usize,
-    congested_run: usize,
+    congested_rounds: f64,
+    limit_before_congestion: f64,
 }
 
 impl Vegas {
@@ -196,13 +208,15 @@ impl Vegas {
         config.validate()?;
         Ok(Self {
             estimate: config.bounds.initial() as f64,
-            baseline: Baseline::new(config.baseline_window),
+            window: SampleWindow::with_capacity(config.baseline_window),
+            baseline: Baseline::default(),
             phase: Phase::Tracking,
             probe_buffer: Vec::with_capacity(config.probe_samples),
             samples_since_probe: 0,
             samples_since_cut: 0,
             cut_cooldown: 0,
-            congested_run: 0,
+            congested_rounds: 0.0,
+            limit_before_congestion: config.bounds.initial() as f64,
             config,
         })
     }
@@ -237,7 +251,7 @@ impl Vegas {
         self.estimate = self.config.bounds.clamp_f64(value);
     }
 
-    fn start_probe(&mut self) {
+    fn start_probe(&mut self, stale: bool) {
         let probe_limit = self
             .config
             .bounds
@@ -248,6 +262,7 @@ impl Vegas {
             probe_limit,
             skip: self.config.bounds.clamp(self.estimate),
             seen: 0,
+            stale,
         };
     }
 
@@ -256,13 +271,14 @@ impl Vegas {
             self.baseline.relearn(rtt);
         }
         self.phase = Phase::Tracking;
+        self.window.clear();
         self.samples_since_probe = 0;
-        self.congested_run = 0;
+        self.congested_rounds = 0.0;
         self.set_estimate(restore);
     }
 
     fn on_drop(&mut self) {
-        self.congested_run = 0;
+        self.congested_rounds = 0.0;
         if let Phase::Probing { restore, .. } = self.phase {
             self.end_probe(restore, None);
         }
@@ -279,6 +295,7 @@ impl Vegas {
             probe_limit,
             skip,
             seen,
+            stale,
         } = &mut self.phase
         else {
             return;
@@ -289,10 +306,20 @@ impl Vegas {
         } else if sample.in_flight <= *probe_limit {
             self.probe_buffer.push(rtt);
         }
-        let restore = *restore;
-        let give_up = *seen > 8 * (restore as usize + self.config.probe_samples);
-        if self.probe_buffer.len() >= self.config.probe_samples {
+        let wanted = self.config.probe_samples.max(*probe_limit / 2);
+        let (mut restore, stale) = (*restore, *stale);
+        let give_up = *seen > 8 * (restore as usize + wanted);
+        if self.probe_buffer.len() >= wanted {
             let learned = low_percentile(&mut self.probe_buffer);
+            // RTT did not fall when concurrency did: the congestion was a stale baseline, not a
+            // queue, so the cuts made since it began were wrong and are undone.
+            let insensitive = match (learned, self.baseline.last_window()) {
+                (Some(learned), Some(recent)) => learned as f64 >= 0.9 * recent as f64,
+                _ => false,
+            };
+            if stale && insensitive {
+                restore = restore.max(self.limit_before_congestion);
+            }
             self.end_probe(restore, learned);
         } else if give_up {
             self.end_probe(restore, None);
@@ -300,38 +327,56 @@ impl Vegas {
     }
 
     fn on_success(&mut self, sample: &Sample, rtt: u64) {
-        self.baseline.observe(rtt);
         self.samples_since_probe += 1;
+        let len = self.config.baseline_window.max(self.limit() / 2);
+        if let Some(window) = self.window.push(rtt, sample.in_flight, len) {
+            self.on_window(&window);
+        }
+        let interval = self.config.probe_interval.saturating_mul(self.limit());
+        if self.samples_since_probe >= interval {
+            self.start_probe(self.congested_rounds > 0.0);
+        }
+    }
+
+    fn on_window(&mut self, window: &WindowSummary) {
+        // A much faster window means the dependency sped up; the windows that follow are loaded
+        // by the limit that suited the slower dependency, so re-learn at reduced concurrency.
+        let sped_up = self
+            .baseline
+            .estimate()
+            .is_some_and(|base| (window.low as f64) < 0.8 * base as f64);
+        self.baseline.observe(window.low);
         let Some(base) = self.baseline.estimate() else {
             return;
         };
         let limit = self.estimate;
-        let queue = limit * (1.0 - base as f64 / rtt as f64).max(0.0);
+        let queue = limit * (1.0 - base as f64 / window.low as f64).max(0.0);
         let (alpha, beta) = self.thresholds();
         let target = (alpha + beta) / 2.0;
-        let used = sample.in_flight as f64 * 2.0 >= limit;
+        let used = window.mean_in_flight * 2.0 >= limit;
+        let rounds = window.samples as f64 / window.mean_in_flight.max(1.0);
         let step = if queue < alpha {
-            self.congested_run = 0;
-            if !used {
-                0.0
-            } else if queue < 1.0 {
-                (target - queue).max(limit * self.config.growth_ratio)
+            self.congested_rounds = 0.0;
+            if used {
+                // Far below alpha, grow by a share of the limit; near alpha, by what is missing.
+                let headroom = (alpha - queue) / alpha;
+                (target - queue).max(limit * self.config.growth_ratio * headroom)
             } else {
-                target - queue
+                0.0
             }
         } else if queue > beta {
-            self.congested_run += 1;
+            if self.congested_rounds == 0.0 {
+                self.limit_before_congestion = limit;
+            }
+            self.congested_rounds += rounds;
             target - queue
         } else {
-            self.congested_run = 0;
+            self.congested_rounds = 0.0;
             0.0
         };
-        let per_sample = self.config.smoothing * step / sample.in_flight.max(1) as f64;
-        self.set_estimate(limit + per_sample);
-
-        let stale = self.congested_run as f64 >= self.config.stale_rounds * limit.max(1.0);
-        if stale || self.samples_since_probe >= self.config.probe_interval {
-            self.start_probe();
+        self.set_estimate(limit + self.config.smoothing * step * rounds);
+        if sped_up || self.congested_rounds >= self.config.stale_rounds {
+            self.start_probe(self.congested_rounds > 0.0);
         }
     }
 }
