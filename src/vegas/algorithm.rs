@@ -120,15 +120,16 @@ impl LimitBounds {
         self.initial
     }
 
-    /// Rounds a fractional limit down and keeps it inside `[min, max]` (NaN maps to `min`).
+    /// Rounds a fractional limit down (tolerating float error) and keeps it inside `[min, max]` (NaN maps to `min`).
     pub fn clamp(&self, limit: f64) -> usize {
         if limit.is_nan() || limit <= self.min as f64 {
             self.min
         } else if limit >= self.max as f64 {
             self.max
         } else {
-            // In range and finite, so the cast is exact after `floor`.
-            (limit.floor() as usize).clamp(self.min, self.max)
+            // In range and finite, so the cast is exact after `floor`; the epsilon keeps sums of
+            // fractional steps such as 10 x 0.1 from rounding down a whole unit.
+            ((limit + 1e-9).floor() as usize).clamp(self.min, self.max)
         }
     }
 
