@@ -119,6 +119,7 @@ impl LimiterBuilder {
 pub(crate) struct Grant {
     pub(crate) partition: PartitionId,
     pub(crate) in_flight: usize,
+    pub(crate) limit: usize,
     pub(crate) start_nanos: u64,
 }
 
@@ -149,12 +150,15 @@ impl State {
                 .any(|w| self.partitions.below_guarantee(w.partition(), self.limit))
     }
 
+    /// Takes a permit; callers have checked `in_flight < limit`.
     fn grant(&mut self, partition: PartitionId, now_nanos: u64) -> Grant {
+        debug_assert!(self.in_flight < self.limit, "grant beyond the limit");
         self.in_flight += 1;
         self.partitions.take(partition);
         Grant {
             partition,
             in_flight: self.in_flight,
+            limit: self.limit,
             start_nanos: now_nanos,
         }
     }

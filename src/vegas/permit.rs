@@ -75,6 +75,12 @@ impl Permit {
         self.grant.in_flight
     }
 
+    /// The limit when this permit was granted (never below
+    /// [`in_flight_at_grant`](Self::in_flight_at_grant)).
+    pub fn limit_at_grant(&self) -> usize {
+        self.grant.limit
+    }
+
     /// The partition this permit counts against.
     pub fn partition(&self) -> PartitionId {
         self.grant.partition
