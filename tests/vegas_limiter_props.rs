@@ -152,10 +152,11 @@ async fn run(limits: Vec<usize>, ops: Vec<Op>, lifo: bool) {
             }
             Op::FinishTask { index, outcome } => {
                 let count = tasks.len().max(1);
-                if let Some(task) = tasks.get_mut(index % count) {
-                    if let Some(sender) = task.outcome.take() {
-                        let _ = sender.send(outcome);
-                    }
+                if let Some(task) = tasks.get_mut(index % count)
+                    && let Some(sender) = task.outcome.take()
+                {
+                    // The task may have timed out already; then nobody listens.
+                    let _ = sender.send(outcome);
                 }
             }
             Op::AbortTask { index } => {
