@@ -129,7 +129,8 @@ impl LimitBounds {
         } else {
             // In range and finite, so the cast is exact after `floor`; the epsilon keeps sums of
             // fractional steps such as 10 x 0.1 from rounding down a whole unit.
-            ((limit + 1e-9).floor() as usize).clamp(self.min, self.max)
+            // (`as` truncates toward zero, which is `floor` for these positive values.)
+            ((limit + 1e-9) as usize).clamp(self.min, self.max)
         }
     }
 
@@ -152,4 +153,12 @@ impl Default for LimitBounds {
             initial: 20,
         }
     }
+}
+
+/// Nanoseconds in `duration`, saturating at `u64::MAX` (585 years), without 128-bit arithmetic.
+pub(crate) fn duration_nanos(duration: Duration) -> u64 {
+    duration
+        .as_secs()
+        .saturating_mul(1_000_000_000)
+        .saturating_add(u64::from(duration.subsec_nanos()))
 }

@@ -1,6 +1,6 @@
 //! A gradient algorithm: compare short-term latency to a long-term average.
 
-use super::algorithm::{LimitAlgorithm, LimitBounds, Outcome, Sample};
+use super::algorithm::{LimitAlgorithm, LimitBounds, Outcome, Sample, duration_nanos};
 use super::error::{ConfigError, check_range};
 
 /// Settings of the [`Gradient`] algorithm.
@@ -100,7 +100,7 @@ impl Gradient {
     }
 
     fn on_success(&mut self, sample: &Sample) -> f64 {
-        let rtt = (sample.rtt.as_nanos() as f64).max(1.0);
+        let rtt = (duration_nanos(sample.rtt) as f64).max(1.0);
         let weight = 2.0 / (self.config.long_window as f64 + 1.0);
         let mut long = self
             .long_rtt

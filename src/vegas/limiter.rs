@@ -317,6 +317,10 @@ impl Limiter {
         partition: PartitionId,
         timeout: Duration,
     ) -> Result<Permit, AcquireError> {
+        // Uncontended fast path: no timer needed.
+        if let Ok(permit) = self.try_acquire_in(partition) {
+            return Ok(permit);
+        }
         match tokio::time::timeout(timeout, WaitForPermit::new(self, partition)).await {
             Ok(permit) => Ok(permit),
             Err(_) => Err(AcquireError::Timeout { waited: timeout }),

@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use hdrhistogram::Histogram;
 
-use super::algorithm::Outcome;
+use super::algorithm::{Outcome, duration_nanos};
 
 /// Largest recordable RTT, in microseconds (one hour); longer samples are recorded as this.
 const MAX_RTT_MICROS: u64 = 3_600_000_000;
@@ -57,7 +57,7 @@ impl RttWindow {
         Self {
             previous: histogram.clone(),
             current: histogram,
-            window_nanos: u64::try_from(window.as_nanos()).unwrap_or(u64::MAX).max(1),
+            window_nanos: duration_nanos(window).max(1),
             window_start: 0,
         }
     }
@@ -79,7 +79,7 @@ impl RttWindow {
     /// Records one successful RTT at time `now_nanos`.
     pub(crate) fn record(&mut self, now_nanos: u64, rtt: Duration) {
         self.rotate(now_nanos);
-        let micros = u64::try_from(rtt.as_micros()).unwrap_or(u64::MAX);
+        let micros = duration_nanos(rtt) / 1_000;
         self.current
             .saturating_record(micros.clamp(1, MAX_RTT_MICROS));
     }

@@ -28,7 +28,7 @@
 //!   aims the queue at the middle of `[alpha, beta]`; with no queue at all the limit grows by at
 //!   least `growth_ratio` of itself per round (less as the queue nears `alpha`).
 
-use super::algorithm::{LimitAlgorithm, LimitBounds, Outcome, Sample};
+use super::algorithm::{LimitAlgorithm, LimitBounds, Outcome, Sample, duration_nanos};
 use super::baseline::{Baseline, SampleWindow, WindowSummary, low_percentile};
 use super::error::{ConfigError, check_range};
 
@@ -191,6 +191,8 @@ enum Phase {
 pub struct Vegas {
     config: VegasConfig,
     estimate: f64,
+    /// The limit reported: the rounded estimate, or the probe limit while probing.
+    current: usize,
     window: SampleWindow,
     baseline: Baseline,
     phase: Phase,
@@ -208,6 +210,7 @@ impl Vegas {
         config.validate()?;
         Ok(Self {
             estimate: config.bounds.initial() as f64,
+            current: config.bounds.initial(),
             window: SampleWindow::with_capacity(config.baseline_window),
             baseline: Baseline::default(),
             phase: Phase::Tracking,
@@ -387,23 +390,22 @@ impl LimitAlgorithm for Vegas {
     }
 
     fn limit(&self) -> usize {
-        match self.phase {
-            Phase::Probing { probe_limit, .. } => probe_limit,
-            Phase::Tracking => self.config.bounds.clamp(self.estimate),
-        }
+        self.current
     }
 
     fn update(&mut self, sample: &Sample) -> usize {
         self.samples_since_cut = self.samples_since_cut.saturating_add(1);
-        let rtt = u64::try_from(sample.rtt.as_nanos())
-            .unwrap_or(u64::MAX)
-            .max(1);
+        let rtt = duration_nanos(sample.rtt).max(1);
         match (sample.outcome, &self.phase) {
             (Outcome::Ignored, _) => {}
             (Outcome::Dropped, _) => self.on_drop(),
             (Outcome::Success, Phase::Probing { .. }) => self.on_probe_sample(sample, rtt),
             (Outcome::Success, Phase::Tracking) => self.on_success(sample, rtt),
         }
-        self.limit()
+        self.current = match self.phase {
+            Phase::Probing { probe_limit, .. } => probe_limit,
+            Phase::Tracking => self.config.bounds.clamp(self.estimate),
+        };
+        self.current
     }
 }
