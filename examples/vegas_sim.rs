@@ -297,6 +297,37 @@ fn algorithms(scenario: &Scenario) -> Result<Vec<Box<dyn LimitAlgorithm>>, Box<d
     ])
 }
 
+type Chart<'a, 'b> = plotters::chart::ChartContext<
+    'a,
+    plotters::backend::SVGBackend<'b>,
+    plotters::coord::cartesian::Cartesian2d<
+        plotters::coord::types::RangedCoordf64,
+        plotters::coord::types::RangedCoordf64,
+    >,
+>;
+
+/// One chart over `seconds` x `[0, 1.1 * top]`, with a mesh drawn.
+fn panel<'a, 'b>(
+    area: &'a plotters::drawing::DrawingArea<
+        plotters::backend::SVGBackend<'b>,
+        plotters::coord::Shift,
+    >,
+    title: &str,
+    seconds: f64,
+    top: f64,
+) -> Result<Chart<'a, 'b>, Box<dyn Error>> {
+    use plotters::prelude::*;
+
+    let mut chart = ChartBuilder::on(area)
+        .caption(title, ("sans-serif", 18))
+        .margin(10)
+        .x_label_area_size(30)
+        .y_label_area_size(50)
+        .build_cartesian_2d(0.0..seconds, 0.0..top * 1.1)?;
+    chart.configure_mesh().x_desc("seconds").draw()?;
+    Ok(chart)
+}
+
 fn plot(dir: &Path, scenario: &Scenario, reports: &[Report]) -> Result<PathBuf, Box<dyn Error>> {
     use plotters::prelude::*;
 
@@ -324,16 +355,8 @@ fn plot(dir: &Path, scenario: &Scenario, reports: &[Report]) -> Result<PathBuf, 
             .chain(&in_flight)
             .map(|p| p.1)
             .fold(1.0, f64::max);
-        let mut chart = ChartBuilder::on(&panels[2 * index])
-            .caption(
-                format!("{}: limit and in-flight", report.name),
-                ("sans-serif", 18),
-            )
-            .margin(10)
-            .x_label_area_size(30)
-            .y_label_area_size(50)
-            .build_cartesian_2d(0.0..seconds, 0.0..top * 1.1)?;
-        chart.configure_mesh().x_desc("seconds").draw()?;
+        let title = format!("{}: limit and in-flight", report.name);
+        let mut chart = panel(&panels[2 * index], &title, seconds, top)?;
         chart
             .draw_series(LineSeries::new(limit, &BLUE))?
             .label("limit")
@@ -346,16 +369,8 @@ fn plot(dir: &Path, scenario: &Scenario, reports: &[Report]) -> Result<PathBuf, 
 
         let latency = series(&|w| Window::p99(&mut w.latency_ms.clone()));
         let top = latency.iter().map(|p| p.1).fold(1.0, f64::max);
-        let mut chart = ChartBuilder::on(&panels[2 * index + 1])
-            .caption(
-                format!("{}: p99 latency per 250 ms (ms)", report.name),
-                ("sans-serif", 18),
-            )
-            .margin(10)
-            .x_label_area_size(30)
-            .y_label_area_size(50)
-            .build_cartesian_2d(0.0..seconds, 0.0..top * 1.1)?;
-        chart.configure_mesh().x_desc("seconds").draw()?;
+        let title = format!("{}: p99 latency per 250 ms (ms)", report.name);
+        let mut chart = panel(&panels[2 * index + 1], &title, seconds, top)?;
         chart.draw_series(LineSeries::new(latency, &MAGENTA))?;
     }
     root.present()?;

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use super::algorithm::{LimitAlgorithm, LimitBounds, Outcome, Sample};
+use super::algorithm::{FractionalLimit, LimitAlgorithm, LimitBounds, Outcome, Sample};
 use super::error::{ConfigError, check_range};
 
 /// Settings of the [`Aimd`] algorithm.
@@ -46,7 +46,7 @@ impl Default for AimdConfig {
 #[derive(Debug, Clone)]
 pub struct Aimd {
     config: AimdConfig,
-    estimate: f64,
+    estimate: FractionalLimit,
 }
 
 impl Aimd {
@@ -72,7 +72,7 @@ impl Aimd {
             });
         }
         Ok(Self {
-            estimate: config.bounds.initial() as f64,
+            estimate: FractionalLimit::new(config.bounds),
             config,
         })
     }
@@ -84,7 +84,7 @@ impl LimitAlgorithm for Aimd {
     }
 
     fn limit(&self) -> usize {
-        self.config.bounds.clamp(self.estimate)
+        self.estimate.limit()
     }
 
     fn update(&mut self, sample: &Sample) -> usize {
@@ -92,16 +92,14 @@ impl LimitAlgorithm for Aimd {
             .config
             .latency_threshold
             .is_some_and(|threshold| sample.rtt > threshold);
-        let next = match sample.outcome {
-            Outcome::Ignored => self.estimate,
-            Outcome::Dropped => self.estimate * self.config.backoff_ratio,
-            Outcome::Success if too_slow => self.estimate * self.config.backoff_ratio,
-            Outcome::Success if sample.in_flight as f64 * 2.0 >= self.estimate => {
-                self.estimate + self.config.increase / sample.in_flight.max(1) as f64
-            }
-            Outcome::Success => self.estimate,
-        };
-        self.estimate = self.config.bounds.clamp_f64(next);
-        self.limit()
+        let current = self.estimate.value();
+        match sample.outcome {
+            Outcome::Dropped => self.estimate.set(current * self.config.backoff_ratio),
+            Outcome::Success if too_slow => self.estimate.set(current * self.config.backoff_ratio),
+            Outcome::Success if self.estimate.is_used_by(sample.in_flight) => self
+                .estimate
+                .set(current + self.config.increase / sample.in_flight.max(1) as f64),
+            Outcome::Success | Outcome::Ignored => self.estimate.limit(),
+        }
     }
 }

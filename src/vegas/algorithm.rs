@@ -162,3 +162,42 @@ pub(crate) fn duration_nanos(duration: Duration) -> u64 {
         .saturating_mul(1_000_000_000)
         .saturating_add(u64::from(duration.subsec_nanos()))
 }
+
+/// A limit kept as a fraction inside its bounds, so small per-sample steps add up.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct FractionalLimit {
+    bounds: LimitBounds,
+    value: f64,
+}
+
+impl FractionalLimit {
+    /// Starts at the bounds' initial limit.
+    pub(crate) fn new(bounds: LimitBounds) -> Self {
+        Self {
+            bounds,
+            value: bounds.initial() as f64,
+        }
+    }
+
+    /// The fractional value.
+    pub(crate) fn value(&self) -> f64 {
+        self.value
+    }
+
+    /// The whole limit.
+    pub(crate) fn limit(&self) -> usize {
+        self.bounds.clamp(self.value)
+    }
+
+    /// Moves to `value` (kept inside the bounds) and returns the whole limit.
+    pub(crate) fn set(&mut self, value: f64) -> usize {
+        self.value = self.bounds.clamp_f64(value);
+        self.limit()
+    }
+
+    /// Whether a caller with `in_flight` calls uses at least half the limit (growth is only
+    /// earned then).
+    pub(crate) fn is_used_by(&self, in_flight: usize) -> bool {
+        in_flight as f64 * 2.0 >= self.value
+    }
+}

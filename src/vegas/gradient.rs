@@ -1,6 +1,8 @@
 //! A gradient algorithm: compare short-term latency to a long-term average.
 
-use super::algorithm::{LimitAlgorithm, LimitBounds, Outcome, Sample, duration_nanos};
+use super::algorithm::{
+    FractionalLimit, LimitAlgorithm, LimitBounds, Outcome, Sample, duration_nanos,
+};
 use super::error::{ConfigError, check_range};
 
 /// Settings of the [`Gradient`] algorithm.
@@ -52,7 +54,7 @@ impl Default for GradientConfig {
 #[derive(Debug, Clone)]
 pub struct Gradient {
     config: GradientConfig,
-    estimate: f64,
+    estimate: FractionalLimit,
     long_rtt: Option<f64>,
 }
 
@@ -93,7 +95,7 @@ impl Gradient {
             });
         }
         Ok(Self {
-            estimate: config.bounds.initial() as f64,
+            estimate: FractionalLimit::new(config.bounds),
             long_rtt: None,
             config,
         })
@@ -110,12 +112,13 @@ impl Gradient {
             long *= 0.95;
         }
         self.long_rtt = Some(long);
-        if (sample.in_flight as f64) * 2.0 < self.estimate {
-            return self.estimate;
+        let current = self.estimate.value();
+        if !self.estimate.is_used_by(sample.in_flight) {
+            return current;
         }
         let gradient = (self.config.rtt_tolerance * long / rtt).clamp(0.5, 1.0);
-        let target = self.estimate * gradient + self.config.queue_size;
-        self.estimate * (1.0 - self.config.smoothing) + target * self.config.smoothing
+        let target = current * gradient + self.config.queue_size;
+        current * (1.0 - self.config.smoothing) + target * self.config.smoothing
     }
 }
 
@@ -125,16 +128,15 @@ impl LimitAlgorithm for Gradient {
     }
 
     fn limit(&self) -> usize {
-        self.config.bounds.clamp(self.estimate)
+        self.estimate.limit()
     }
 
     fn update(&mut self, sample: &Sample) -> usize {
         let next = match sample.outcome {
-            Outcome::Ignored => self.estimate,
-            Outcome::Dropped => self.estimate * self.config.backoff_ratio,
+            Outcome::Ignored => return self.estimate.limit(),
+            Outcome::Dropped => self.estimate.value() * self.config.backoff_ratio,
             Outcome::Success => self.on_success(sample),
         };
-        self.estimate = self.config.bounds.clamp_f64(next);
-        self.limit()
+        self.estimate.set(next)
     }
 }
