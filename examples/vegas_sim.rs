@@ -1,0 +1,478 @@
+//! Deterministic discrete-event simulation of flowguard's adaptive concurrency limiter.
+//!
+//! A downstream with a fixed number of concurrent slots, a service time and a bounded queue behind
+//! the slots is offered 3x its capacity (Poisson arrivals). Mid-run its service time triples; later
+//! it recovers. Every arrival asks a real [`Limiter`] (on a [`ManualClock`] that the simulation
+//! advances, so nothing sleeps) for a permit with `try_acquire`; rejected calls are shed at once.
+//! Admitted calls take a slot, wait in the queue, or are rejected by the full queue (a fast
+//! failure, reported as `dropped`). Completed calls report `success`.
+//!
+//! For each algorithm (vegas, aimd, gradient, fixed) it prints:
+//! - `goodput_ratio`: successful calls / what the downstream could have completed over the run;
+//! - `p99_latency_ratio`: p99 over successful calls of `latency / own service time` (1.0 = no
+//!   queueing; the unloaded latency of a call is its service time);
+//! - `reconverge_s`: seconds after each change (slowdown, recovery) until goodput >= 90 % and
+//!   p99 ratio <= 2 hold for one second of 250 ms windows (`null` if never within the phase);
+//!   the JSON field `reconverge_s` is the worse of the two, `reconverge_each_s` lists both.
+//!
+//! ```text
+//! cargo run --release --example vegas_sim -- [--json] [--plot DIR] [--seed N] [--slots N]
+//! ```
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, VecDeque};
+use std::error::Error;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use flowguard::vegas::{
+    Aimd, AimdConfig, Fixed, Gradient, GradientConfig, LimitAlgorithm, LimitBounds, Limiter,
+    ManualClock, Permit, Vegas, VegasConfig,
+};
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+
+/// Downstream and load settings.
+#[derive(Debug, Clone, Copy)]
+struct Scenario {
+    slots: usize,
+    queue_capacity: usize,
+    service: Duration,
+    /// Service time varies uniformly by this share around its mean.
+    jitter: f64,
+    offered_load: f64,
+    slowdown: f64,
+    slowdown_at: Duration,
+    recovery_at: Duration,
+    end: Duration,
+    seed: u64,
+}
+
+impl Scenario {
+    fn standard(seed: u64, slots: usize) -> Self {
+        Self {
+            slots,
+            queue_capacity: 2 * slots,
+            service: Duration::from_millis(20),
+            jitter: 0.1,
+            offered_load: 3.0,
+            slowdown: 3.0,
+            slowdown_at: Duration::from_secs(20),
+            recovery_at: Duration::from_secs(40),
+            end: Duration::from_secs(60),
+            seed,
+        }
+    }
+
+    /// Mean service time in effect at `at`, in nanoseconds.
+    fn mean_service_nanos(&self, at: u64) -> f64 {
+        let slow = at >= nanos(self.slowdown_at) && at < nanos(self.recovery_at);
+        self.service.as_nanos() as f64 * if slow { self.slowdown } else { 1.0 }
+    }
+
+    /// Calls per nanosecond the downstream completes at `at` when saturated.
+    fn capacity_per_nano(&self, at: u64) -> f64 {
+        self.slots as f64 / self.mean_service_nanos(at)
+    }
+
+    fn changes(&self) -> [(u64, u64); 2] {
+        [
+            (nanos(self.slowdown_at), nanos(self.recovery_at)),
+            (nanos(self.recovery_at), nanos(self.end)),
+        ]
+    }
+}
+
+fn nanos(duration: Duration) -> u64 {
+    u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// A call admitted by the limiter.
+struct Call {
+    permit: Permit,
+    admitted_at: u64,
+}
+
+/// A call being served: completes at `done_at`.
+struct InService {
+    call: Call,
+    service_nanos: u64,
+}
+
+/// Per-window measurements (for convergence and plots).
+#[derive(Debug, Clone, Default)]
+struct Window {
+    successes: u64,
+    ratios: Vec<f64>,
+    limit_sum: f64,
+    in_flight_sum: f64,
+    latency_ms: Vec<f64>,
+    observations: u64,
+}
+
+impl Window {
+    fn p99(values: &mut [f64]) -> Option<f64> {
+        if values.is_empty() {
+            return None;
+        }
+        values.sort_by(f64::total_cmp);
+        let index = ((values.len() as f64 * 0.99).ceil() as usize).clamp(1, values.len()) - 1;
+        Some(values[index])
+    }
+}
+
+/// What one algorithm achieved.
+struct Report {
+    name: &'static str,
+    goodput_ratio: f64,
+    p99_latency_ratio: f64,
+    reconverge_each_s: Vec<Option<f64>>,
+    shed: u64,
+    dropped: u64,
+    windows: Vec<Window>,
+}
+
+const WINDOW: Duration = Duration::from_millis(250);
+
+/// Runs the scenario against one limiter and measures it.
+fn simulate(scenario: &Scenario, algorithm: impl LimitAlgorithm) -> Result<Report, Box<dyn Error>> {
+    let name = algorithm.name();
+    let clock = ManualClock::new();
+    let limiter = Limiter::builder(algorithm)
+        .name(name)
+        .clock(clock.clone())
+        .build()?;
+    let mut rng = SmallRng::seed_from_u64(scenario.seed);
+    let arrival_rate = scenario.offered_load * scenario.capacity_per_nano(0);
+    let end = nanos(scenario.end);
+    let window_nanos = nanos(WINDOW);
+    let mut windows = vec![Window::default(); (end / window_nanos + 1) as usize];
+
+    // Completion events: (time, sequence) -> the call in service.
+    let mut completions: BinaryHeap<Reverse<(u64, u64)>> = BinaryHeap::new();
+    let mut in_service: hashbrown::HashMap<u64, InService> = hashbrown::HashMap::new();
+    let mut queue: VecDeque<Call> = VecDeque::new();
+    let mut sequence = 0_u64;
+    let mut next_arrival = 0_u64;
+    let (mut shed, mut dropped) = (0_u64, 0_u64);
+    let mut ratios = Vec::new();
+    let mut next_observation = 0_u64;
+
+    let mut start_service =
+        |call: Call,
+         now: u64,
+         rng: &mut SmallRng,
+         completions: &mut BinaryHeap<Reverse<(u64, u64)>>,
+         in_service: &mut hashbrown::HashMap<u64, InService>| {
+            let spread = 1.0 + scenario.jitter * (2.0 * rng.random::<f64>() - 1.0);
+            let service_nanos = (scenario.mean_service_nanos(now) * spread) as u64;
+            sequence += 1;
+            completions.push(Reverse((now + service_nanos, sequence)));
+            in_service.insert(
+                sequence,
+                InService {
+                    call,
+                    service_nanos,
+                },
+            );
+        };
+
+    loop {
+        let next_completion = completions.peek().map(|Reverse((at, _))| *at);
+        let now = match next_completion {
+            Some(at) if at <= next_arrival => at,
+            _ => next_arrival,
+        };
+        if now >= end {
+            break;
+        }
+        clock.set_nanos(now);
+        while next_observation <= now {
+            let window = &mut windows[(next_observation / window_nanos) as usize];
+            window.limit_sum += limiter.limit() as f64;
+            window.in_flight_sum += limiter.in_flight() as f64;
+            window.observations += 1;
+            next_observation += window_nanos / 25;
+        }
+        if Some(now) == next_completion {
+            let Some(Reverse((_, id))) = completions.pop() else {
+                break;
+            };
+            let Some(done) = in_service.remove(&id) else {
+                continue;
+            };
+            let latency = now - done.call.admitted_at;
+            done.call.permit.success();
+            let ratio = latency as f64 / done.service_nanos.max(1) as f64;
+            let window = &mut windows[(now / window_nanos) as usize];
+            window.successes += 1;
+            window.ratios.push(ratio);
+            window.latency_ms.push(latency as f64 / 1e6);
+            ratios.push(ratio);
+            if let Some(call) = queue.pop_front() {
+                start_service(call, now, &mut rng, &mut completions, &mut in_service);
+            }
+            continue;
+        }
+        // An arrival.
+        let gap = -(1.0 - rng.random::<f64>()).ln() / arrival_rate;
+        next_arrival = now + gap.max(1.0) as u64;
+        let Ok(permit) = limiter.try_acquire() else {
+            shed += 1;
+            continue;
+        };
+        let call = Call {
+            permit,
+            admitted_at: now,
+        };
+        if in_service.len() < scenario.slots {
+            start_service(call, now, &mut rng, &mut completions, &mut in_service);
+        } else if queue.len() < scenario.queue_capacity {
+            queue.push_back(call);
+        } else {
+            dropped += 1;
+            call.permit.dropped();
+        }
+    }
+
+    let capacity: f64 = (0..end / window_nanos)
+        .map(|w| scenario.capacity_per_nano(w * window_nanos) * window_nanos as f64)
+        .sum();
+    let successes: u64 = windows.iter().map(|w| w.successes).sum();
+    let reconverge_each_s = scenario
+        .changes()
+        .iter()
+        .map(|&(from, until)| reconverge(scenario, &mut windows, from, until))
+        .collect();
+    Ok(Report {
+        name,
+        goodput_ratio: successes as f64 / capacity,
+        p99_latency_ratio: Window::p99(&mut ratios).unwrap_or(f64::NAN),
+        reconverge_each_s,
+        shed,
+        dropped,
+        windows,
+    })
+}
+
+/// Seconds from `from` until one second of windows with goodput >= 0.9 and p99 ratio <= 2.
+fn reconverge(scenario: &Scenario, windows: &mut [Window], from: u64, until: u64) -> Option<f64> {
+    let window_nanos = nanos(WINDOW);
+    let needed = (1_000_000_000 / window_nanos) as usize;
+    let first = from.div_ceil(window_nanos) as usize;
+    let last = (until / window_nanos) as usize;
+    let good: Vec<bool> = (first..last)
+        .map(|index| {
+            let start = index as u64 * window_nanos;
+            let capacity = scenario.capacity_per_nano(start) * window_nanos as f64;
+            let window = &mut windows[index];
+            let goodput = window.successes as f64 / capacity;
+            let p99 = Window::p99(&mut window.ratios).unwrap_or(f64::INFINITY);
+            goodput >= 0.9 && p99 <= 2.0
+        })
+        .collect();
+    let run_start = good
+        .windows(needed)
+        .position(|run| run.iter().all(|&ok| ok))?;
+    Some(((first + run_start) as u64 * window_nanos - from) as f64 / 1e9)
+}
+
+fn algorithms(scenario: &Scenario) -> Result<Vec<Box<dyn LimitAlgorithm>>, Box<dyn Error>> {
+    let bounds = LimitBounds::new(1, 1000, 20)?;
+    Ok(vec![
+        Box::new(Vegas::new(VegasConfig {
+            bounds,
+            ..VegasConfig::default()
+        })?),
+        Box::new(Aimd::new(AimdConfig {
+            bounds,
+            ..AimdConfig::default()
+        })?),
+        Box::new(Gradient::new(GradientConfig {
+            bounds,
+            ..GradientConfig::default()
+        })?),
+        // A static guess at twice the slots.
+        Box::new(Fixed::new(2 * scenario.slots)?),
+    ])
+}
+
+type Chart<'a, 'b> = plotters::chart::ChartContext<
+    'a,
+    plotters::backend::SVGBackend<'b>,
+    plotters::coord::cartesian::Cartesian2d<
+        plotters::coord::types::RangedCoordf64,
+        plotters::coord::types::RangedCoordf64,
+    >,
+>;
+
+/// One chart over `seconds` x `[0, 1.1 * top]`, with a mesh drawn.
+fn panel<'a, 'b>(
+    area: &'a plotters::drawing::DrawingArea<
+        plotters::backend::SVGBackend<'b>,
+        plotters::coord::Shift,
+    >,
+    title: &str,
+    seconds: f64,
+    top: f64,
+) -> Result<Chart<'a, 'b>, Box<dyn Error>> {
+    use plotters::prelude::*;
+
+    let mut chart = ChartBuilder::on(area)
+        .caption(title, ("sans-serif", 18))
+        .margin(10)
+        .x_label_area_size(30)
+        .y_label_area_size(50)
+        .build_cartesian_2d(0.0..seconds, 0.0..top * 1.1)?;
+    chart.configure_mesh().x_desc("seconds").draw()?;
+    Ok(chart)
+}
+
+fn plot(dir: &Path, scenario: &Scenario, reports: &[Report]) -> Result<PathBuf, Box<dyn Error>> {
+    use plotters::prelude::*;
+
+    std::fs::create_dir_all(dir)?;
+    let path = dir.join("vegas_sim.svg");
+    let root = SVGBackend::new(&path, (1400, 320 * reports.len() as u32)).into_drawing_area();
+    root.fill(&WHITE)?;
+    let panels = root.split_evenly((reports.len(), 2));
+    let seconds = scenario.end.as_secs_f64();
+    let window_s = WINDOW.as_secs_f64();
+    for (index, report) in reports.iter().enumerate() {
+        let series = |f: &dyn Fn(&Window) -> Option<f64>| -> Vec<(f64, f64)> {
+            report
+                .windows
+                .iter()
+                .enumerate()
+                .filter_map(|(i, w)| f(w).map(|v| (i as f64 * window_s, v)))
+                .collect()
+        };
+        let limit = series(&|w| (w.observations > 0).then(|| w.limit_sum / w.observations as f64));
+        let in_flight =
+            series(&|w| (w.observations > 0).then(|| w.in_flight_sum / w.observations as f64));
+        let top = limit
+            .iter()
+            .chain(&in_flight)
+            .map(|p| p.1)
+            .fold(1.0, f64::max);
+        let title = format!("{}: limit and in-flight", report.name);
+        let mut chart = panel(&panels[2 * index], &title, seconds, top)?;
+        chart
+            .draw_series(LineSeries::new(limit, &BLUE))?
+            .label("limit")
+            .legend(|(x, y)| PathElement::new([(x, y), (x + 15, y)], BLUE));
+        chart
+            .draw_series(LineSeries::new(in_flight, &RED))?
+            .label("in flight")
+            .legend(|(x, y)| PathElement::new([(x, y), (x + 15, y)], RED));
+        chart.configure_series_labels().border_style(BLACK).draw()?;
+
+        let latency = series(&|w| Window::p99(&mut w.latency_ms.clone()));
+        let top = latency.iter().map(|p| p.1).fold(1.0, f64::max);
+        let title = format!("{}: p99 latency per 250 ms (ms)", report.name);
+        let mut chart = panel(&panels[2 * index + 1], &title, seconds, top)?;
+        chart.draw_series(LineSeries::new(latency, &MAGENTA))?;
+    }
+    root.present()?;
+    Ok(path.clone())
+}
+
+fn json(reports: &[Report]) -> String {
+    let number = |value: f64| {
+        if value.is_finite() {
+            serde_json::json!((value * 1000.0).round() / 1000.0)
+        } else {
+            serde_json::Value::Null
+        }
+    };
+    let algorithms: Vec<_> = reports
+        .iter()
+        .map(|r| {
+            let each: Vec<_> = r
+                .reconverge_each_s
+                .iter()
+                .map(|s| s.map_or(serde_json::Value::Null, number))
+                .collect();
+            let worst = r
+                .reconverge_each_s
+                .iter()
+                .try_fold(0.0_f64, |worst, s| s.map(|s| worst.max(s)));
+            serde_json::json!({
+                "name": r.name,
+                "goodput_ratio": number(r.goodput_ratio),
+                "p99_latency_ratio": number(r.p99_latency_ratio),
+                "reconverge_s": worst.map_or(serde_json::Value::Null, number),
+                "reconverge_each_s": each,
+            })
+        })
+        .collect();
+    serde_json::json!({ "algorithms": algorithms }).to_string()
+}
+
+fn main() -> Result<(), Box<dyn Error>> {
+    let mut args = std::env::args().skip(1);
+    let (mut as_json, mut plot_dir, mut seed, mut slots) = (false, None, 7_u64, 50_usize);
+    while let Some(arg) = args.next() {
+        match arg.as_str() {
+            "--json" => as_json = true,
+            "--plot" => plot_dir = Some(PathBuf::from(args.next().ok_or("--plot needs a DIR")?)),
+            "--seed" => seed = args.next().ok_or("--seed needs a number")?.parse()?,
+            "--slots" => slots = args.next().ok_or("--slots needs a number")?.parse()?,
+            other => {
+                return Err(format!(
+                    "unknown argument `{other}`; use --json, --plot DIR, --seed N, --slots N"
+                )
+                .into());
+            }
+        }
+    }
+    if slots == 0 {
+        return Err("--slots must be at least 1".into());
+    }
+    let scenario = Scenario::standard(seed, slots);
+    println!(
+        "downstream: {} slots, {:?} service (+/-{}%), queue {}; offered {}x capacity; {}x slowdown at {:?}, recovery at {:?}, end {:?}; seed {}",
+        scenario.slots,
+        scenario.service,
+        scenario.jitter * 100.0,
+        scenario.queue_capacity,
+        scenario.offered_load,
+        scenario.slowdown,
+        scenario.slowdown_at,
+        scenario.recovery_at,
+        scenario.end,
+        scenario.seed
+    );
+    let mut reports = Vec::new();
+    for algorithm in algorithms(&scenario)? {
+        reports.push(simulate(&scenario, algorithm)?);
+    }
+    println!(
+        "{:<9} {:>8} {:>9} {:>22} {:>9} {:>9}",
+        "algorithm", "goodput", "p99 ratio", "reconverge s (slow/rec)", "shed", "dropped"
+    );
+    for r in &reports {
+        let each: Vec<String> = r
+            .reconverge_each_s
+            .iter()
+            .map(|s| s.map_or("never".to_owned(), |s| format!("{s:.2}")))
+            .collect();
+        println!(
+            "{:<9} {:>8.3} {:>9.2} {:>22} {:>9} {:>9}",
+            r.name,
+            r.goodput_ratio,
+            r.p99_latency_ratio,
+            each.join(" / "),
+            r.shed,
+            r.dropped
+        );
+    }
+    if let Some(dir) = plot_dir {
+        let path = plot(&dir, &scenario, &reports)?;
+        println!("plot: {}", path.display());
+    }
+    if as_json {
+        println!("{}", json(&reports));
+    }
+    Ok(())
+}

@@ -1,0 +1,115 @@
+//! Waiting for a permit: the queue entry and the future that owns it.
+//!
+//! Cancellation is part of the contract: dropping the future (timeout, `select!`, task abort)
+//! removes its queue entry, and a permit granted to it in the meantime is released at once.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll, Waker};
+
+use parking_lot::Mutex;
+
+use super::limiter::{Grant, Limiter, QueueOrder};
+use super::partition::PartitionId;
+use super::permit::Permit;
+
+/// A queued caller. Only touched while the limiter's state lock is held.
+#[derive(Debug)]
+pub(crate) struct Waiter {
+    partition: PartitionId,
+    slot: Mutex<Slot>,
+}
+
+#[derive(Debug)]
+struct Slot {
+    grant: Option<Grant>,
+    waker: Waker,
+}
+
+impl Waiter {
+    /// The partition the caller acquires for.
+    pub(crate) fn partition(&self) -> PartitionId {
+        self.partition
+    }
+
+    /// Hands the caller its permit and wakes it.
+    pub(crate) fn fulfil(&self, grant: Grant) {
+        let mut slot = self.slot.lock();
+        slot.grant = Some(grant);
+        slot.waker.wake_by_ref();
+    }
+}
+
+/// Resolves to a permit once one is granted; see the module docs for cancellation.
+#[derive(Debug)]
+pub(crate) struct WaitForPermit<'a> {
+    limiter: &'a Limiter,
+    partition: PartitionId,
+    waiter: Option<Arc<Waiter>>,
+}
+
+impl<'a> WaitForPermit<'a> {
+    pub(crate) fn new(limiter: &'a Limiter, partition: PartitionId) -> Self {
+        Self {
+            limiter,
+            partition,
+            waiter: None,
+        }
+    }
+}
+
+impl Future for WaitForPermit<'_> {
+    type Output = Permit;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Permit> {
+        let this = self.get_mut();
+        let now = this.limiter.now_nanos();
+        let mut state = this.limiter.shared.state.lock();
+        let Some(waiter) = &this.waiter else {
+            if let Some(grant) = Limiter::grant_now(&mut state, this.partition, now) {
+                drop(state);
+                return Poll::Ready(Permit::new(this.limiter.clone(), grant));
+            }
+            let waiter = Arc::new(Waiter {
+                partition: this.partition,
+                slot: Mutex::new(Slot {
+                    grant: None,
+                    waker: cx.waker().clone(),
+                }),
+            });
+            match this.limiter.shared.order {
+                QueueOrder::Fifo => state.waiters.push_back(Arc::clone(&waiter)),
+                QueueOrder::Lifo => state.waiters.push_front(Arc::clone(&waiter)),
+            }
+            this.waiter = Some(waiter);
+            return Poll::Pending;
+        };
+        let mut slot = waiter.slot.lock();
+        if let Some(grant) = slot.grant.take() {
+            drop(slot);
+            drop(state);
+            this.waiter = None;
+            return Poll::Ready(Permit::new(this.limiter.clone(), grant));
+        }
+        if !slot.waker.will_wake(cx.waker()) {
+            slot.waker = cx.waker().clone();
+        }
+        Poll::Pending
+    }
+}
+
+impl Drop for WaitForPermit<'_> {
+    fn drop(&mut self) {
+        let Some(waiter) = self.waiter.take() else {
+            return;
+        };
+        let now = self.limiter.now_nanos();
+        let mut state = self.limiter.shared.state.lock();
+        let granted = waiter.slot.lock().grant.take();
+        match granted {
+            Some(grant) => Limiter::release_unclaimed(&mut state, &grant, now),
+            None => state.waiters.retain(|queued| !Arc::ptr_eq(queued, &waiter)),
+        }
+    }
+}

@@ -1,0 +1,203 @@
+//! The contract between the limiter and its limit algorithms.
+//!
+//! An algorithm is a pure state machine: it is fed one [`Sample`] per completed call and answers
+//! with the new concurrency limit. It never reads a clock, so simulations and tests drive it with
+//! whatever timing they like.
+
+use std::time::Duration;
+
+use super::error::ConfigError;
+
+/// How a call that held a permit ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Outcome {
+    /// The call completed; its round-trip time is a valid latency sample.
+    Success,
+    /// The call was dropped because the dependency is overloaded (rejection, timeout): a
+    /// congestion signal that cuts the limit.
+    Dropped,
+    /// The call says nothing about the dependency's load (client error, cancelled): the permit is
+    /// released and the sample is not used.
+    Ignored,
+}
+
+/// One completed call, as seen by a limit algorithm.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Sample {
+    /// Round-trip time: from permit grant to outcome.
+    pub rtt: Duration,
+    /// Permits in flight when this call's permit was granted, counting itself.
+    pub in_flight: usize,
+    /// How the call ended.
+    pub outcome: Outcome,
+}
+
+/// A concurrency limit algorithm: fed samples, answers with the new limit.
+///
+/// Implementations are pure (no clock, no I/O) and must keep the limit inside their
+/// [`LimitBounds`].
+///
+/// ```
+/// use flowguard::vegas::{Fixed, LimitAlgorithm, Outcome, Sample};
+/// use std::time::Duration;
+///
+/// let mut fixed = Fixed::new(8)?;
+/// let sample = Sample { rtt: Duration::from_millis(3), in_flight: 8, outcome: Outcome::Success };
+/// assert_eq!(fixed.update(&sample), 8);
+/// # Ok::<(), flowguard::vegas::ConfigError>(())
+/// ```
+pub trait LimitAlgorithm: Send + 'static {
+    /// Short name for logs, metrics and reports (`"vegas"`, `"aimd"`, ...).
+    fn name(&self) -> &'static str;
+
+    /// The current limit.
+    fn limit(&self) -> usize;
+
+    /// Feeds one completed call and returns the new limit.
+    fn update(&mut self, sample: &Sample) -> usize;
+}
+
+impl LimitAlgorithm for Box<dyn LimitAlgorithm> {
+    fn name(&self) -> &'static str {
+        (**self).name()
+    }
+
+    fn limit(&self) -> usize {
+        (**self).limit()
+    }
+
+    fn update(&mut self, sample: &Sample) -> usize {
+        (**self).update(sample)
+    }
+}
+
+/// The range a limit lives in, and where it starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LimitBounds {
+    min: usize,
+    max: usize,
+    initial: usize,
+}
+
+impl LimitBounds {
+    /// Limits in `[min, max]`, starting at `initial`.
+    ///
+    /// ```
+    /// use flowguard::vegas::LimitBounds;
+    ///
+    /// let bounds = LimitBounds::new(1, 200, 20)?;
+    /// assert_eq!(bounds.clamp(500.0), 200);
+    /// assert!(LimitBounds::new(10, 5, 7).is_err()); // min above max
+    /// # Ok::<(), flowguard::vegas::ConfigError>(())
+    /// ```
+    pub fn new(min: usize, max: usize, initial: usize) -> Result<Self, ConfigError> {
+        for (field, value) in [("min", min), ("max", max), ("initial", initial)] {
+            if value == 0 {
+                return Err(ConfigError::ZeroLimit { field });
+            }
+        }
+        if min > max {
+            return Err(ConfigError::MinAboveMax { min, max });
+        }
+        if initial < min || initial > max {
+            return Err(ConfigError::InitialOutOfRange { initial, min, max });
+        }
+        Ok(Self { min, max, initial })
+    }
+
+    /// The smallest limit.
+    pub fn min(&self) -> usize {
+        self.min
+    }
+
+    /// The largest limit.
+    pub fn max(&self) -> usize {
+        self.max
+    }
+
+    /// The starting limit.
+    pub fn initial(&self) -> usize {
+        self.initial
+    }
+
+    /// Rounds a fractional limit down (tolerating float error) and keeps it inside `[min, max]` (NaN maps to `min`).
+    pub fn clamp(&self, limit: f64) -> usize {
+        if limit.is_nan() || limit <= self.min as f64 {
+            self.min
+        } else if limit >= self.max as f64 {
+            self.max
+        } else {
+            // In range and finite, so the cast is exact after `floor`; the epsilon keeps sums of
+            // fractional steps such as 10 x 0.1 from rounding down a whole unit.
+            // (`as` truncates toward zero, which is `floor` for these positive values.)
+            ((limit + 1e-9) as usize).clamp(self.min, self.max)
+        }
+    }
+
+    /// Keeps a fractional limit inside `[min, max]` without rounding (NaN maps to `min`).
+    pub fn clamp_f64(&self, limit: f64) -> f64 {
+        if limit.is_nan() {
+            self.min as f64
+        } else {
+            limit.clamp(self.min as f64, self.max as f64)
+        }
+    }
+}
+
+impl Default for LimitBounds {
+    /// `[1, 1000]`, starting at 20.
+    fn default() -> Self {
+        Self {
+            min: 1,
+            max: 1000,
+            initial: 20,
+        }
+    }
+}
+
+/// Nanoseconds in `duration`, saturating at `u64::MAX` (585 years), without 128-bit arithmetic.
+pub(crate) fn duration_nanos(duration: Duration) -> u64 {
+    duration
+        .as_secs()
+        .saturating_mul(1_000_000_000)
+        .saturating_add(u64::from(duration.subsec_nanos()))
+}
+
+/// A limit kept as a fraction inside its bounds, so small per-sample steps add up.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct FractionalLimit {
+    bounds: LimitBounds,
+    value: f64,
+}
+
+impl FractionalLimit {
+    /// Starts at the bounds' initial limit.
+    pub(crate) fn new(bounds: LimitBounds) -> Self {
+        Self {
+            bounds,
+            value: bounds.initial() as f64,
+        }
+    }
+
+    /// The fractional value.
+    pub(crate) fn value(&self) -> f64 {
+        self.value
+    }
+
+    /// The whole limit.
+    pub(crate) fn limit(&self) -> usize {
+        self.bounds.clamp(self.value)
+    }
+
+    /// Moves to `value` (kept inside the bounds) and returns the whole limit.
+    pub(crate) fn set(&mut self, value: f64) -> usize {
+        self.value = self.bounds.clamp_f64(value);
+        self.limit()
+    }
+
+    /// Whether a caller with `in_flight` calls uses at least half the limit (growth is only
+    /// earned then).
+    pub(crate) fn is_used_by(&self, in_flight: usize) -> bool {
+        in_flight as f64 * 2.0 >= self.value
+    }
+}

@@ -1,0 +1,166 @@
+//! Typed errors: invalid configuration and failed acquisitions.
+
+use std::fmt;
+use std::time::Duration;
+
+/// A limiter or algorithm configuration that cannot work, with what to change.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ConfigError {
+    /// A limit (`min`, `max` or `initial`, or a fixed limit) is zero; every limit must be at least 1.
+    ZeroLimit {
+        /// Which setting was zero.
+        field: &'static str,
+    },
+    /// `min` is larger than `max`.
+    MinAboveMax {
+        /// The configured minimum.
+        min: usize,
+        /// The configured maximum.
+        max: usize,
+    },
+    /// The initial limit lies outside `[min, max]`.
+    InitialOutOfRange {
+        /// The configured initial limit.
+        initial: usize,
+        /// The configured minimum.
+        min: usize,
+        /// The configured maximum.
+        max: usize,
+    },
+    /// Vegas needs `0 <= alpha < beta`.
+    AlphaNotBelowBeta {
+        /// The configured alpha.
+        alpha: f64,
+        /// The configured beta.
+        beta: f64,
+    },
+    /// A numeric setting is outside its allowed range (or not finite).
+    OutOfRange {
+        /// Which setting.
+        field: &'static str,
+        /// The rejected value.
+        value: f64,
+        /// The allowed range, in words.
+        allowed: &'static str,
+    },
+    /// A count (window length, sample count) is zero.
+    ZeroCount {
+        /// Which setting was zero.
+        field: &'static str,
+    },
+    /// A duration setting is zero.
+    ZeroDuration {
+        /// Which setting was zero.
+        field: &'static str,
+    },
+    /// Two partitions share a name.
+    DuplicatePartition {
+        /// The repeated name.
+        name: String,
+    },
+    /// The guaranteed shares of all partitions add up to more than 1.
+    SharesExceedOne {
+        /// The sum of all shares.
+        total: f64,
+    },
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::ZeroLimit { field } => {
+                write!(f, "`{field}` is 0; every limit must be at least 1")
+            }
+            Self::MinAboveMax { min, max } => {
+                write!(
+                    f,
+                    "min limit {min} is above max limit {max}; lower `min` or raise `max`"
+                )
+            }
+            Self::InitialOutOfRange { initial, min, max } => write!(
+                f,
+                "initial limit {initial} is outside [{min}, {max}]; choose an initial limit inside the range"
+            ),
+            Self::AlphaNotBelowBeta { alpha, beta } => write!(
+                f,
+                "vegas alpha {alpha} must be >= 0 and below beta {beta}; lower `alpha` or raise `beta`"
+            ),
+            Self::OutOfRange {
+                field,
+                value,
+                allowed,
+            } => write!(f, "`{field}` = {value} is invalid; it must be {allowed}"),
+            Self::ZeroCount { field } => write!(f, "`{field}` is 0; it must be at least 1"),
+            Self::ZeroDuration { field } => {
+                write!(f, "`{field}` is zero; give a positive duration")
+            }
+            Self::DuplicatePartition { name } => {
+                write!(
+                    f,
+                    "partition `{name}` is declared twice; give each partition a unique name"
+                )
+            }
+            Self::SharesExceedOne { total } => write!(
+                f,
+                "partition shares add up to {total}, above 1.0; lower the shares so they sum to at most 1"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+/// Why a permit was not granted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AcquireError {
+    /// `try_acquire`: the limit is reached (or earlier callers are waiting); nothing was taken.
+    Full {
+        /// The limit at the time of the attempt.
+        limit: usize,
+        /// Permits in flight at the time of the attempt.
+        in_flight: usize,
+    },
+    /// `acquire`: no permit became free within the timeout; the caller left the queue.
+    Timeout {
+        /// How long the caller waited.
+        waited: Duration,
+    },
+}
+
+impl fmt::Display for AcquireError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Full { limit, in_flight } => write!(
+                f,
+                "concurrency limit reached ({in_flight} in flight, limit {limit}); shed the call or retry later"
+            ),
+            Self::Timeout { waited } => {
+                write!(
+                    f,
+                    "no permit became free within {waited:?}; shed the call or retry later"
+                )
+            }
+        }
+    }
+}
+
+impl std::error::Error for AcquireError {}
+
+/// Checks that `value` is finite and inside `[lo, hi]` (both inclusive).
+pub(crate) fn check_range(
+    field: &'static str,
+    value: f64,
+    lo: f64,
+    hi: f64,
+    allowed: &'static str,
+) -> Result<(), ConfigError> {
+    if value.is_finite() && value >= lo && value <= hi {
+        Ok(())
+    } else {
+        Err(ConfigError::OutOfRange {
+            field,
+            value,
+            allowed,
+        })
+    }
+}

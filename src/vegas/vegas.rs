@@ -1,0 +1,411 @@
+//! The Vegas limit algorithm: keep a small, bounded queue at the dependency.
+//!
+//! `queue = limit * (1 - rtt_base / rtt)` estimates how many calls are waiting at the dependency
+//! rather than being served. Below `alpha` the limit grows, above `beta` it shrinks, in between
+//! it holds. What this implementation adds to the textbook rule, each against a known failure of
+//! existing implementations:
+//!
+//! - **Robust baseline.** Samples are judged in windows (at least `baseline_window` successful
+//!   samples, or half the limit if larger). `rtt` is the window's low percentile and `rtt_base`
+//!   the lowest window low seen (see `baseline.rs`): one lucky 1 us sample, or a burst of fast
+//!   failures (dropped calls never feed it), cannot poison it, and service-time jitter does not
+//!   read as a queue.
+//! - **Re-learning without adopting a loaded sample.** The baseline is re-learned periodically,
+//!   and at once when the queue estimate stays above `beta` for `stale_rounds` rounds despite
+//!   cuts (the sign of a stale, too-low baseline after the dependency got slower). A probe lowers
+//!   the limit to `probe_ratio * limit`, skips one round, and takes the low percentile of samples
+//!   granted with at most that many calls in flight: samples at reduced concurrency, never one
+//!   loaded sample. If their RTT did not fall with the concurrency, the congestion was a stale
+//!   baseline, and the cuts it caused are undone. A window much faster than the baseline (the
+//!   dependency sped up) also starts a probe, because the windows after it are loaded by the
+//!   limit that suited the slower dependency.
+//! - **Multiplicative cuts on drops**, at most once per round of calls, so a real overload halves
+//!   the load at once while a burst of fast failures costs one cut, not a collapse.
+//! - **Growth only when used**: only windows whose calls were granted with, on average,
+//!   `in_flight >= limit / 2` grow the limit.
+//! - **Per-round steps.** A window of `n` samples moves the limit by
+//!   `smoothing * step * n / in_flight`, about `smoothing * step` per round trip, where `step`
+//!   aims the queue at the middle of `[alpha, beta]`; with no queue at all the limit grows by at
+//!   least `growth_ratio` of itself per round (less as the queue nears `alpha`).
+
+use super::algorithm::{LimitAlgorithm, LimitBounds, Outcome, Sample, duration_nanos};
+use super::baseline::{Baseline, SampleWindow, WindowSummary, low_percentile};
+use super::error::{ConfigError, check_range};
+
+/// Settings of the [`Vegas`] algorithm. Start from [`VegasConfig::default`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct VegasConfig {
+    /// Limit range and starting point.
+    pub bounds: LimitBounds,
+    /// Grow while fewer than `alpha` calls are estimated to queue (default 3).
+    pub alpha: f64,
+    /// Shrink while more than `beta` calls are estimated to queue (default 6).
+    pub beta: f64,
+    /// Scale `alpha` and `beta` by `max(1, log10(limit))`, as the well-known Java implementation
+    /// does, so large limits tolerate proportionally larger queues (default on).
+    pub log10_scaling: bool,
+    /// Share of the computed per-round step applied, in `(0, 1]` (default 0.5).
+    pub smoothing: f64,
+    /// Factor applied to the limit on a dropped call, in `(0, 1)` (default 0.5).
+    pub backoff_ratio: f64,
+    /// Growth per round while no queue is measured, as a share of the limit, in `[0, 10]`
+    /// (default 0.25).
+    pub growth_ratio: f64,
+    /// Minimum successful samples per window (windows hold at least half the limit), at least 4
+    /// (default 16).
+    pub baseline_window: usize,
+    /// Rounds (of `limit` samples) between periodic re-learning probes, at least 1 (default 200).
+    pub probe_interval: usize,
+    /// The limit during a probe, as a share of the current limit, in `(0, 1)` (default 0.75).
+    pub probe_ratio: f64,
+    /// Minimum samples at reduced concurrency a probe collects (it takes at least half the probe
+    /// limit), at least 4 (default 16).
+    pub probe_samples: usize,
+    /// Rounds (of `limit` samples) the queue estimate must stay above `beta` before the baseline is
+    /// suspected stale and re-learned, at least 1 (default 4).
+    pub stale_rounds: f64,
+}
+
+impl Default for VegasConfig {
+    fn default() -> Self {
+        Self {
+            bounds: LimitBounds::default(),
+            alpha: 3.0,
+            beta: 6.0,
+            log10_scaling: true,
+            smoothing: 0.5,
+            backoff_ratio: 0.5,
+            growth_ratio: 0.25,
+            baseline_window: 16,
+            probe_interval: 200,
+            probe_ratio: 0.75,
+            probe_samples: 16,
+            stale_rounds: 4.0,
+        }
+    }
+}
+
+impl VegasConfig {
+    /// Checks every setting, naming the first one that cannot work.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if !(self.alpha.is_finite() && self.beta.is_finite() && self.alpha >= 0.0)
+            || self.alpha >= self.beta
+        {
+            return Err(ConfigError::AlphaNotBelowBeta {
+                alpha: self.alpha,
+                beta: self.beta,
+            });
+        }
+        check_range(
+            "smoothing",
+            self.smoothing,
+            f64::MIN_POSITIVE,
+            1.0,
+            "in (0, 1]",
+        )?;
+        check_range(
+            "backoff_ratio",
+            self.backoff_ratio,
+            f64::MIN_POSITIVE,
+            1.0 - f64::EPSILON,
+            "in (0, 1)",
+        )?;
+        check_range("growth_ratio", self.growth_ratio, 0.0, 10.0, "in [0, 10]")?;
+        check_range(
+            "probe_ratio",
+            self.probe_ratio,
+            f64::MIN_POSITIVE,
+            1.0 - f64::EPSILON,
+            "in (0, 1)",
+        )?;
+        check_range(
+            "stale_rounds",
+            self.stale_rounds,
+            1.0,
+            f64::MAX,
+            "at least 1",
+        )?;
+        for (field, value) in [
+            ("baseline_window", self.baseline_window),
+            ("probe_samples", self.probe_samples),
+        ] {
+            if value < 4 {
+                return Err(ConfigError::OutOfRange {
+                    field,
+                    value: value as f64,
+                    allowed: "at least 4",
+                });
+            }
+        }
+        if self.probe_interval == 0 {
+            return Err(ConfigError::ZeroCount {
+                field: "probe_interval",
+            });
+        }
+        Ok(())
+    }
+}
+
+/// What the algorithm is doing about its baseline.
+#[derive(Debug, Clone)]
+enum Phase {
+    /// Following the queue estimate.
+    Tracking,
+    /// Running at a reduced limit to re-learn the baseline.
+    Probing {
+        /// The limit to return to.
+        restore: f64,
+        /// The reduced limit; samples granted with more in flight are not used.
+        probe_limit: usize,
+        /// Samples still to skip: calls granted before the probe began.
+        skip: usize,
+        /// Samples seen since the probe began (to give up on an idle caller).
+        seen: usize,
+        /// Started while the queue estimate was above `beta` (a stale baseline is possible).
+        stale: bool,
+    },
+}
+
+/// Vegas: grows or shrinks the limit to keep between `alpha` and `beta` calls queued at the
+/// dependency, with a robust baseline (see the [module docs](self)).
+///
+/// ```
+/// use flowguard::vegas::{LimitAlgorithm, Outcome, Sample, Vegas, VegasConfig};
+/// use std::time::Duration;
+///
+/// let mut vegas = Vegas::new(VegasConfig::default())?;
+/// let start = vegas.limit();
+/// // A busy caller whose calls all take 10 ms: no queue, so the limit grows.
+/// for _ in 0..200 {
+///     let in_flight = vegas.limit();
+///     vegas.update(&Sample { rtt: Duration::from_millis(10), in_flight, outcome: Outcome::Success });
+/// }
+/// assert!(vegas.limit() > start);
+/// // A dropped call cuts it multiplicatively.
+/// let before = vegas.limit();
+/// vegas.update(&Sample { rtt: Duration::from_millis(1), in_flight: before, outcome: Outcome::Dropped });
+/// assert_eq!(vegas.limit(), before / 2);
+/// # Ok::<(), flowguard::vegas::ConfigError>(())
+/// ```
+#[derive(Debug, Clone)]
+pub struct Vegas {
+    config: VegasConfig,
+    estimate: f64,
+    /// The limit reported: the rounded estimate, or the probe limit while probing.
+    current: usize,
+    window: SampleWindow,
+    baseline: Baseline,
+    phase: Phase,
+    probe_buffer: Vec<u64>,
+    samples_since_probe: usize,
+    samples_since_cut: usize,
+    cut_cooldown: usize,
+    congested_rounds: f64,
+    limit_before_congestion: f64,
+}
+
+impl Vegas {
+    /// A Vegas algorithm with validated settings.
+    pub fn new(config: VegasConfig) -> Result<Self, ConfigError> {
+        config.validate()?;
+        Ok(Self {
+            estimate: config.bounds.initial() as f64,
+            current: config.bounds.initial(),
+            window: SampleWindow::with_capacity(config.baseline_window),
+            baseline: Baseline::default(),
+            phase: Phase::Tracking,
+            probe_buffer: Vec::with_capacity(config.probe_samples),
+            samples_since_probe: 0,
+            samples_since_cut: 0,
+            cut_cooldown: 0,
+            congested_rounds: 0.0,
+            limit_before_congestion: config.bounds.initial() as f64,
+            config,
+        })
+    }
+
+    /// The settings in use.
+    pub fn config(&self) -> &VegasConfig {
+        &self.config
+    }
+
+    /// The current unloaded-RTT estimate, once learned.
+    pub fn rtt_base(&self) -> Option<std::time::Duration> {
+        self.baseline
+            .estimate()
+            .map(std::time::Duration::from_nanos)
+    }
+
+    /// Whether a baseline probe (reduced limit) is running.
+    pub fn is_probing(&self) -> bool {
+        matches!(self.phase, Phase::Probing { .. })
+    }
+
+    fn thresholds(&self) -> (f64, f64) {
+        let scale = if self.config.log10_scaling {
+            self.estimate.log10().max(1.0)
+        } else {
+            1.0
+        };
+        (self.config.alpha * scale, self.config.beta * scale)
+    }
+
+    fn set_estimate(&mut self, value: f64) {
+        self.estimate = self.config.bounds.clamp_f64(value);
+    }
+
+    fn start_probe(&mut self, stale: bool) {
+        let probe_limit = self
+            .config
+            .bounds
+            .clamp(self.estimate * self.config.probe_ratio);
+        self.probe_buffer.clear();
+        self.phase = Phase::Probing {
+            restore: self.estimate,
+            probe_limit,
+            skip: self.config.bounds.clamp(self.estimate),
+            seen: 0,
+            stale,
+        };
+    }
+
+    fn end_probe(&mut self, restore: f64, learned: Option<u64>) {
+        if let Some(rtt) = learned {
+            self.baseline.relearn(rtt);
+        }
+        self.phase = Phase::Tracking;
+        self.window.clear();
+        self.samples_since_probe = 0;
+        self.congested_rounds = 0.0;
+        self.set_estimate(restore);
+    }
+
+    fn on_drop(&mut self) {
+        self.congested_rounds = 0.0;
+        if let Phase::Probing { restore, .. } = self.phase {
+            self.end_probe(restore, None);
+        }
+        if self.samples_since_cut >= self.cut_cooldown {
+            self.cut_cooldown = self.config.bounds.clamp(self.estimate);
+            self.samples_since_cut = 0;
+            self.set_estimate(self.estimate * self.config.backoff_ratio);
+        }
+    }
+
+    fn on_probe_sample(&mut self, sample: &Sample, rtt: u64) {
+        let Phase::Probing {
+            restore,
+            probe_limit,
+            skip,
+            seen,
+            stale,
+        } = &mut self.phase
+        else {
+            return;
+        };
+        *seen += 1;
+        if *skip > 0 {
+            *skip -= 1;
+        } else if sample.in_flight <= *probe_limit {
+            self.probe_buffer.push(rtt);
+        }
+        let wanted = self.config.probe_samples.max(*probe_limit / 2);
+        let (mut restore, stale) = (*restore, *stale);
+        let give_up = *seen > 8 * (restore as usize + wanted);
+        if self.probe_buffer.len() >= wanted {
+            let learned = low_percentile(&mut self.probe_buffer);
+            // RTT did not fall when concurrency did: the congestion was a stale baseline, not a
+            // queue, so the cuts made since it began were wrong and are undone.
+            let insensitive = match (learned, self.baseline.last_window()) {
+                (Some(learned), Some(recent)) => learned as f64 >= 0.9 * recent as f64,
+                _ => false,
+            };
+            if stale && insensitive {
+                restore = restore.max(self.limit_before_congestion);
+            }
+            self.end_probe(restore, learned);
+        } else if give_up {
+            self.end_probe(restore, None);
+        }
+    }
+
+    fn on_success(&mut self, sample: &Sample, rtt: u64) {
+        self.samples_since_probe += 1;
+        let len = self.config.baseline_window.max(self.limit() / 2);
+        if let Some(window) = self.window.push(rtt, sample.in_flight, len) {
+            self.on_window(&window);
+        }
+        let interval = self.config.probe_interval.saturating_mul(self.limit());
+        if self.samples_since_probe >= interval {
+            self.start_probe(self.congested_rounds > 0.0);
+        }
+    }
+
+    fn on_window(&mut self, window: &WindowSummary) {
+        // A much faster window means the dependency sped up; the windows that follow are loaded
+        // by the limit that suited the slower dependency, so re-learn at reduced concurrency.
+        let sped_up = self
+            .baseline
+            .estimate()
+            .is_some_and(|base| (window.low as f64) < 0.8 * base as f64);
+        self.baseline.observe(window.low);
+        let Some(base) = self.baseline.estimate() else {
+            return;
+        };
+        let limit = self.estimate;
+        let queue = limit * (1.0 - base as f64 / window.low as f64).max(0.0);
+        let (alpha, beta) = self.thresholds();
+        let target = (alpha + beta) / 2.0;
+        let used = window.mean_in_flight * 2.0 >= limit;
+        let rounds = window.samples as f64 / window.mean_in_flight.max(1.0);
+        let step = if queue < alpha {
+            self.congested_rounds = 0.0;
+            if used {
+                // Far below alpha, grow by a share of the limit; near alpha, by what is missing.
+                let headroom = (alpha - queue) / alpha;
+                (target - queue).max(limit * self.config.growth_ratio * headroom)
+            } else {
+                0.0
+            }
+        } else if queue > beta {
+            if self.congested_rounds == 0.0 {
+                self.limit_before_congestion = limit;
+            }
+            self.congested_rounds += rounds;
+            target - queue
+        } else {
+            self.congested_rounds = 0.0;
+            0.0
+        };
+        self.set_estimate(limit + self.config.smoothing * step * rounds);
+        if sped_up || self.congested_rounds >= self.config.stale_rounds {
+            self.start_probe(self.congested_rounds > 0.0);
+        }
+    }
+}
+
+impl LimitAlgorithm for Vegas {
+    fn name(&self) -> &'static str {
+        "vegas"
+    }
+
+    fn limit(&self) -> usize {
+        self.current
+    }
+
+    fn update(&mut self, sample: &Sample) -> usize {
+        self.samples_since_cut = self.samples_since_cut.saturating_add(1);
+        let rtt = duration_nanos(sample.rtt).max(1);
+        match (sample.outcome, &self.phase) {
+            (Outcome::Ignored, _) => {}
+            (Outcome::Dropped, _) => self.on_drop(),
+            (Outcome::Success, Phase::Probing { .. }) => self.on_probe_sample(sample, rtt),
+            (Outcome::Success, Phase::Tracking) => self.on_success(sample, rtt),
+        }
+        self.current = match self.phase {
+            Phase::Probing { probe_limit, .. } => probe_limit,
+            Phase::Tracking => self.config.bounds.clamp(self.estimate),
+        };
+        self.current
+    }
+}

@@ -1,0 +1,325 @@
+//! The pure limit algorithms: bounds, robustness of the Vegas baseline, cuts and growth.
+
+mod vegas_support;
+
+use std::time::Duration;
+
+use flowguard::vegas::{
+    Aimd, AimdConfig, ConfigError, Fixed, Gradient, GradientConfig, LimitAlgorithm, LimitBounds,
+    Outcome, Vegas, VegasConfig,
+};
+use proptest::prelude::*;
+use vegas_support::{busy_rounds, sample};
+
+/// A dependency with `slots` concurrent slots: calls beyond them queue, so RTT grows with
+/// in-flight beyond the slots.
+#[derive(Debug, Clone, Copy)]
+struct Dependency {
+    slots: usize,
+    service_micros: u64,
+}
+
+impl Dependency {
+    fn rtt_micros(&self, in_flight: usize) -> u64 {
+        let load = (in_flight as f64 / self.slots as f64).max(1.0);
+        (self.service_micros as f64 * load) as u64
+    }
+
+    /// Runs `rounds` rounds in which the caller uses the whole limit.
+    fn drive(&self, vegas: &mut Vegas, rounds: usize) -> usize {
+        for _ in 0..rounds {
+            let limit = vegas.limit();
+            for _ in 0..limit {
+                vegas.update(&sample(self.rtt_micros(limit), limit, Outcome::Success));
+            }
+        }
+        vegas.limit()
+    }
+}
+
+const DEPENDENCY: Dependency = Dependency {
+    slots: 40,
+    service_micros: 10_000,
+};
+
+fn vegas() -> Vegas {
+    Vegas::new(VegasConfig {
+        bounds: LimitBounds::new(1, 500, 10).unwrap(),
+        ..VegasConfig::default()
+    })
+    .unwrap()
+}
+
+/// The limit Vegas settles at against DEPENDENCY: a few calls above the slots.
+fn converged() -> (Vegas, usize) {
+    let mut vegas = vegas();
+    let limit = DEPENDENCY.drive(&mut vegas, 300);
+    assert!(
+        (DEPENDENCY.slots..=DEPENDENCY.slots + 25).contains(&limit),
+        "settles a small queue above the {} slots, got {limit}",
+        DEPENDENCY.slots
+    );
+    (vegas, limit)
+}
+
+#[test]
+fn vegas_settles_just_above_the_dependency_capacity() {
+    let (vegas, _) = converged();
+    let base = vegas.rtt_base().unwrap();
+    assert_eq!(base, Duration::from_micros(DEPENDENCY.service_micros));
+}
+
+#[test]
+fn one_1us_sample_does_not_poison_the_baseline() {
+    let (mut vegas, before) = converged();
+    vegas.update(&sample(1, before, Outcome::Success));
+    let after = DEPENDENCY.drive(&mut vegas, 20);
+    assert_eq!(
+        vegas.rtt_base(),
+        Some(Duration::from_micros(DEPENDENCY.service_micros))
+    );
+    assert!(after >= DEPENDENCY.slots, "limit collapsed to {after}");
+}
+
+#[test]
+fn a_burst_of_fast_failures_costs_one_cut_not_a_collapse() {
+    let (mut vegas, before) = converged();
+    for _ in 0..before {
+        vegas.update(&sample(1, before, Outcome::Dropped));
+    }
+    assert_eq!(
+        vegas.limit(),
+        before / 2,
+        "one multiplicative cut per round"
+    );
+    assert_eq!(
+        vegas.rtt_base(),
+        Some(Duration::from_micros(DEPENDENCY.service_micros)),
+        "fast failures never feed the baseline"
+    );
+    let recovered = DEPENDENCY.drive(&mut vegas, 30);
+    assert!(recovered >= DEPENDENCY.slots, "back to {recovered}");
+}
+
+#[test]
+fn sustained_drops_keep_cutting_round_after_round() {
+    let (mut vegas, before) = converged();
+    for _ in 0..4 {
+        let limit = vegas.limit();
+        for _ in 0..limit.max(1) {
+            vegas.update(&sample(5_000, limit, Outcome::Dropped));
+        }
+    }
+    assert!(
+        vegas.limit() <= before / 8,
+        "{} after 4 rounds of drops",
+        vegas.limit()
+    );
+}
+
+#[test]
+fn the_limit_only_grows_while_the_caller_uses_half_of_it() {
+    let mut vegas = vegas();
+    // 100 rounds' worth (the first periodic probe comes after 200).
+    for _ in 0..1_000 {
+        vegas.update(&sample(10_000, 4, Outcome::Success));
+    }
+    assert_eq!(
+        vegas.limit(),
+        10,
+        "4 in flight of 10 is below half: no growth"
+    );
+    busy_rounds(&mut vegas, 20, 10_000);
+    assert!(vegas.limit() > 10);
+}
+
+#[test]
+fn a_slower_dependency_is_relearned_and_the_limit_recovers() {
+    let (mut vegas, _) = converged();
+    let slow = Dependency {
+        service_micros: 3 * DEPENDENCY.service_micros,
+        ..DEPENDENCY
+    };
+    let limit = slow.drive(&mut vegas, 40);
+    let base = vegas.rtt_base().unwrap();
+    assert_eq!(base, Duration::from_micros(slow.service_micros));
+    assert!(
+        limit >= slow.slots,
+        "concurrency capacity did not change, limit {limit}"
+    );
+}
+
+#[test]
+fn a_faster_dependency_is_relearned_from_unloaded_samples() {
+    let (mut vegas, _) = converged();
+    let fast = Dependency {
+        service_micros: DEPENDENCY.service_micros / 2,
+        ..DEPENDENCY
+    };
+    let limit = fast.drive(&mut vegas, 60);
+    assert_eq!(
+        vegas.rtt_base(),
+        Some(Duration::from_micros(fast.service_micros))
+    );
+    assert!((fast.slots..=fast.slots + 25).contains(&limit), "{limit}");
+}
+
+#[test]
+fn periodic_probes_do_not_creep_the_baseline_upwards() {
+    let (mut vegas, _) = converged();
+    // Thousands of rounds: many periodic probes, each at reduced concurrency.
+    let limit = DEPENDENCY.drive(&mut vegas, 3_000);
+    assert_eq!(
+        vegas.rtt_base(),
+        Some(Duration::from_micros(DEPENDENCY.service_micros))
+    );
+    assert!(
+        limit <= DEPENDENCY.slots + 25,
+        "queue crept up: limit {limit}"
+    );
+}
+
+#[test]
+fn invalid_vegas_settings_are_typed_errors() {
+    let bad = |config: VegasConfig| Vegas::new(config).unwrap_err();
+    assert!(matches!(
+        bad(VegasConfig {
+            alpha: 6.0,
+            beta: 6.0,
+            ..VegasConfig::default()
+        }),
+        ConfigError::AlphaNotBelowBeta { .. }
+    ));
+    let error = bad(VegasConfig {
+        backoff_ratio: 1.0,
+        ..VegasConfig::default()
+    });
+    assert!(error.to_string().contains("backoff_ratio"), "{error}");
+    assert!(matches!(
+        bad(VegasConfig {
+            smoothing: f64::NAN,
+            ..VegasConfig::default()
+        }),
+        ConfigError::OutOfRange {
+            field: "smoothing",
+            ..
+        }
+    ));
+    assert!(matches!(
+        LimitBounds::new(10, 5, 7),
+        Err(ConfigError::MinAboveMax { min: 10, max: 5 })
+    ));
+    assert!(matches!(
+        LimitBounds::new(0, 5, 1),
+        Err(ConfigError::ZeroLimit { field: "min" })
+    ));
+    assert!(matches!(
+        LimitBounds::new(2, 5, 9),
+        Err(ConfigError::InitialOutOfRange { .. })
+    ));
+    assert!(Fixed::new(0).is_err());
+    assert!(
+        Aimd::new(AimdConfig {
+            latency_threshold: Some(Duration::ZERO),
+            ..AimdConfig::default()
+        })
+        .is_err()
+    );
+    assert!(
+        Gradient::new(GradientConfig {
+            rtt_tolerance: 0.5,
+            ..GradientConfig::default()
+        })
+        .is_err()
+    );
+}
+
+#[test]
+fn aimd_adds_per_round_and_multiplies_on_drops() {
+    let mut aimd = Aimd::new(AimdConfig {
+        bounds: LimitBounds::new(1, 100, 10).unwrap(),
+        latency_threshold: Some(Duration::from_millis(50)),
+        ..AimdConfig::default()
+    })
+    .unwrap();
+    assert_eq!(busy_rounds(&mut aimd, 5, 10_000), 15);
+    assert_eq!(aimd.update(&sample(1_000, 15, Outcome::Dropped)), 13);
+    assert_eq!(
+        aimd.update(&sample(60_000, 13, Outcome::Success)),
+        12,
+        "slower than the latency threshold counts as a drop"
+    );
+}
+
+#[test]
+fn gradient_shrinks_when_latency_rises_above_its_average() {
+    let mut gradient = Gradient::new(GradientConfig {
+        bounds: LimitBounds::new(1, 1000, 50).unwrap(),
+        ..GradientConfig::default()
+    })
+    .unwrap();
+    busy_rounds(&mut gradient, 3, 10_000);
+    let before = gradient.limit();
+    busy_rounds(&mut gradient, 1, 40_000);
+    assert!(gradient.limit() < before);
+}
+
+fn bounds() -> impl Strategy<Value = LimitBounds> {
+    (1usize..50, 0usize..200, 0usize..200).prop_map(|(min, span, offset)| {
+        let max = min + span;
+        LimitBounds::new(min, max, min + offset.min(span)).unwrap()
+    })
+}
+
+fn samples() -> impl Strategy<Value = Vec<(u64, usize, u8)>> {
+    prop::collection::vec((1u64..2_000_000, 1usize..600, 0u8..3), 1..1_500)
+}
+
+fn outcome(code: u8) -> Outcome {
+    match code {
+        0 => Outcome::Success,
+        1 => Outcome::Dropped,
+        _ => Outcome::Ignored,
+    }
+}
+
+fn check_bounds(
+    mut algorithm: impl LimitAlgorithm,
+    bounds: LimitBounds,
+    feed: &[(u64, usize, u8)],
+) {
+    assert!((bounds.min()..=bounds.max()).contains(&algorithm.limit()));
+    for &(rtt, in_flight, code) in feed {
+        let limit = algorithm.update(&sample(rtt, in_flight, outcome(code)));
+        assert_eq!(limit, algorithm.limit());
+        assert!(
+            (bounds.min()..=bounds.max()).contains(&limit),
+            "{} left [{}, {}]: {limit}",
+            algorithm.name(),
+            bounds.min(),
+            bounds.max()
+        );
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    #[test]
+    fn every_algorithm_keeps_its_limit_in_bounds(bounds in bounds(), feed in samples(), scaled: bool) {
+        let vegas = Vegas::new(VegasConfig { bounds, log10_scaling: scaled, ..VegasConfig::default() }).unwrap();
+        check_bounds(vegas, bounds, &feed);
+        check_bounds(Aimd::new(AimdConfig { bounds, ..AimdConfig::default() }).unwrap(), bounds, &feed);
+        check_bounds(Gradient::new(GradientConfig { bounds, ..GradientConfig::default() }).unwrap(), bounds, &feed);
+    }
+
+    #[test]
+    fn vegas_stays_in_bounds_under_a_queueing_dependency(bounds in bounds(), slots in 1usize..300) {
+        let dependency = Dependency { slots, service_micros: 5_000 };
+        let mut vegas = Vegas::new(VegasConfig { bounds, ..VegasConfig::default() }).unwrap();
+        for _ in 0..50 {
+            let limit = dependency.drive(&mut vegas, 1);
+            prop_assert!((bounds.min()..=bounds.max()).contains(&limit));
+        }
+    }
+}
