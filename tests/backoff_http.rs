@@ -141,6 +141,16 @@ impl Server {
         }
     }
 
+    /// Some retries happened, but no more than the budget allows.
+    fn assert_within_budget(&self) {
+        let calls = self.calls();
+        assert!(calls > REQUESTS, "the budget allowed some retries: {calls}");
+        assert!(
+            calls <= BUDGET_CALLS,
+            "{calls} calls, budget allows {BUDGET_CALLS}"
+        );
+    }
+
     fn methods(&self) -> Vec<String> {
         self.hits.lock().iter().map(|h| h.method.clone()).collect()
     }
@@ -232,12 +242,7 @@ async fn tower_policy_respects_the_budget_against_a_dead_server() {
         let res = client.ready().await.unwrap().call(req).await.unwrap();
         assert_eq!(res.status(), 503);
     }
-    let calls = server.calls();
-    assert!(calls > REQUESTS, "the budget allowed some retries: {calls}");
-    assert!(
-        calls <= BUDGET_CALLS,
-        "{calls} calls, budget allows {BUDGET_CALLS}"
-    );
+    server.assert_within_budget();
 }
 
 #[tokio::test]
@@ -248,12 +253,7 @@ async fn reqwest_middleware_respects_the_budget_against_a_dead_server() {
         let res = client.get(&server.url).send().await.unwrap();
         assert_eq!(res.status(), 503);
     }
-    let calls = server.calls();
-    assert!(calls > REQUESTS, "the budget allowed some retries: {calls}");
-    assert!(
-        calls <= BUDGET_CALLS,
-        "{calls} calls, budget allows {BUDGET_CALLS}"
-    );
+    server.assert_within_budget();
 }
 
 #[tokio::test]
