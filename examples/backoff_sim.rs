@@ -160,35 +160,19 @@ fn parse_args() -> Result<Args, String> {
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
-        let mut value = |name: &str| it.next().ok_or(format!("{name} needs a value"));
+        if flag == "--json" {
+            args.json = true;
+            continue;
+        }
+        let value = it.next().ok_or(format!("{flag} needs a value"))?;
+        let number = || value.parse::<u64>().map_err(|e| format!("{flag}: {e}"));
         match flag.as_str() {
-            "--clients" => {
-                args.clients = value("--clients")?
-                    .parse()
-                    .map_err(|e| format!("--clients: {e}"))?
-            }
-            "--runs" => {
-                args.runs = value("--runs")?
-                    .parse()
-                    .map_err(|e| format!("--runs: {e}"))?
-            }
-            "--seed" => {
-                args.seed = value("--seed")?
-                    .parse()
-                    .map_err(|e| format!("--seed: {e}"))?
-            }
-            "--base-ms" => {
-                args.base_ms = value("--base-ms")?
-                    .parse()
-                    .map_err(|e| format!("--base-ms: {e}"))?
-            }
-            "--cap-ms" => {
-                args.cap_ms = value("--cap-ms")?
-                    .parse()
-                    .map_err(|e| format!("--cap-ms: {e}"))?
-            }
-            "--plot" => args.plot = Some(PathBuf::from(value("--plot")?)),
-            "--json" => args.json = true,
+            "--clients" => args.clients = number()? as usize,
+            "--runs" => args.runs = number()?,
+            "--seed" => args.seed = number()?,
+            "--base-ms" => args.base_ms = number()?,
+            "--cap-ms" => args.cap_ms = number()?,
+            "--plot" => args.plot = Some(PathBuf::from(&value)),
             other => return Err(format!("unknown argument {other}")),
         }
     }
@@ -198,9 +182,12 @@ fn parse_args() -> Result<Args, String> {
     Ok(args)
 }
 
+/// Which number of a [`Row`] a chart shows.
+type Metric = fn(&Row) -> f64;
+
 fn plot(dir: &PathBuf, sweep: &[(usize, Vec<Row>)]) -> Result<(), Box<dyn Error>> {
     std::fs::create_dir_all(dir)?;
-    let charts: [(&str, &str, fn(&Row) -> f64); 2] = [
+    let charts: [(&str, &str, Metric); 2] = [
         ("calls.svg", "total calls (mean)", |r| r.calls),
         ("completion.svg", "completion time, ms (mean)", |r| {
             r.completion_ms
