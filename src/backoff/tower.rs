@@ -1,6 +1,6 @@
 //! A `tower` retry [`Policy`] for `http` requests (feature `tower`).
 //!
-//! Use it with [`tower::retry::RetryLayer`](::tower::retry::RetryLayer):
+//! Use it with [`tower::retry::RetryLayer`]:
 //!
 //! ```
 //! use flowguard::backoff::{HttpRetryPolicy, RetryPolicy, tower::HttpRetry};
