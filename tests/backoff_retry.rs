@@ -99,7 +99,7 @@ async fn deadline_fails_fast_when_retry_after_is_beyond_it() {
         err.give_up_reason(),
         Some(GiveUp::DeadlineExceeded { wait, .. }) if *wait == Duration::from_secs(30)
     ));
-    assert_eq!(err.into_last(), Err("rate limited"));
+    assert_eq!(err.into_last(), Some(Err("rate limited")));
     assert_eq!(calls.load(Ordering::Relaxed), 1);
     // Failed at once: no virtual time passed.
     assert_eq!(Instant::now(), start);
@@ -124,7 +124,7 @@ async fn attempts_exhausted_carries_the_last_error() {
         err.to_string(),
         "gave up after 3 attempt(s): all 3 attempts failed (last error: c)"
     );
-    assert_eq!(err.into_last(), Err("c"));
+    assert_eq!(err.into_last(), Some(Err("c")));
 }
 
 #[tokio::test(start_paused = true)]
@@ -152,7 +152,7 @@ async fn not_retryable_outcomes_return_at_once() {
         )
         .await
         .unwrap_err();
-    assert_eq!(err.into_last(), Ok(429));
+    assert_eq!(err.into_last(), Some(Ok(429)));
 }
 
 #[tokio::test(start_paused = true)]
@@ -205,4 +205,26 @@ async fn dropping_the_call_cancels_it() {
     );
     tokio::time::sleep(Duration::from_secs(120)).await;
     assert_eq!(calls.load(Ordering::Relaxed), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_attempt_running_at_the_deadline_is_cancelled() {
+    let p = policy(5).deadline(Duration::from_secs(10)).build().unwrap();
+    let start = Instant::now();
+    let err = p
+        .retry(
+            |attempt| async move {
+                // The first attempt fails fast; the second hangs.
+                if attempt == 2 {
+                    tokio::time::sleep(Duration::from_secs(3600)).await;
+                }
+                Err::<u32, _>("slow")
+            },
+            asks(Some(Duration::from_secs(4))),
+        )
+        .await
+        .unwrap_err();
+    assert!(matches!(err, RetryError::DeadlineElapsed { attempts: 2 }));
+    assert_eq!(start.elapsed(), Duration::from_secs(10));
+    assert_eq!(err.into_last(), None);
 }

@@ -151,6 +151,11 @@ pub enum RetryError<T, E> {
         /// The error of the last attempt.
         error: E,
     },
+    /// The overall deadline passed while an attempt was running; the attempt was cancelled.
+    DeadlineElapsed {
+        /// Attempts made, the cancelled one included.
+        attempts: u32,
+    },
     /// The outcome was retryable but the policy stopped (see [`GiveUp`]).
     GaveUp {
         /// Why no further attempt was made.
@@ -166,7 +171,7 @@ impl<T, E> RetryError<T, E> {
     /// The reason the policy stopped, or `None` for a non-retryable error.
     pub fn give_up_reason(&self) -> Option<&GiveUp> {
         match self {
-            Self::NotRetryable { .. } => None,
+            Self::NotRetryable { .. } | Self::DeadlineElapsed { .. } => None,
             Self::GaveUp { reason, .. } => Some(reason),
         }
     }
@@ -174,15 +179,19 @@ impl<T, E> RetryError<T, E> {
     /// Number of attempts made.
     pub fn attempts(&self) -> u32 {
         match self {
-            Self::NotRetryable { attempts, .. } | Self::GaveUp { attempts, .. } => *attempts,
+            Self::NotRetryable { attempts, .. }
+            | Self::DeadlineElapsed { attempts }
+            | Self::GaveUp { attempts, .. } => *attempts,
         }
     }
 
-    /// The last outcome (response or error).
-    pub fn into_last(self) -> Result<T, E> {
+    /// The last outcome (response or error); `None` when the last attempt was cancelled at
+    /// the deadline.
+    pub fn into_last(self) -> Option<Result<T, E>> {
         match self {
-            Self::NotRetryable { error, .. } => Err(error),
-            Self::GaveUp { last, .. } => last,
+            Self::NotRetryable { error, .. } => Some(Err(error)),
+            Self::DeadlineElapsed { .. } => None,
+            Self::GaveUp { last, .. } => Some(last),
         }
     }
 }
@@ -193,6 +202,10 @@ impl<T, E: fmt::Display> fmt::Display for RetryError<T, E> {
             Self::NotRetryable { attempts, error } => {
                 write!(f, "not retryable after {attempts} attempt(s): {error}")
             }
+            Self::DeadlineElapsed { attempts } => write!(
+                f,
+                "the deadline passed during attempt {attempts}, which was cancelled"
+            ),
             Self::GaveUp {
                 reason,
                 attempts,
@@ -213,7 +226,7 @@ impl<T: fmt::Debug, E: std::error::Error + 'static> std::error::Error for RetryE
         match self {
             Self::NotRetryable { error, .. } => Some(error),
             Self::GaveUp { last: Err(e), .. } => Some(e),
-            Self::GaveUp { .. } => None,
+            Self::GaveUp { .. } | Self::DeadlineElapsed { .. } => None,
         }
     }
 }

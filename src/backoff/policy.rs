@@ -128,7 +128,8 @@ impl RetryPolicyBuilder {
     }
 
     /// An overall deadline per call, from its first attempt: no attempt starts whose wait
-    /// would reach it. Attempts already running are bounded by the client's own timeout.
+    /// would reach it, and [`RetryPolicy::retry`] cancels an attempt still running at the
+    /// deadline. (The `tower`/`reqwest` glue leaves running attempts to the client's timeout.)
     pub fn deadline(mut self, deadline: Duration) -> Self {
         self.deadline = Some(deadline);
         self
@@ -232,6 +233,11 @@ impl RetryState {
     /// When the call started.
     pub fn started(&self) -> Instant {
         self.started
+    }
+
+    /// The instant at which the overall deadline passes, if there is one.
+    pub fn deadline_at(&self) -> Option<Instant> {
+        self.policy.deadline.and_then(|d| self.started.checked_add(d))
     }
 
     /// After a retryable failure observed at `now`, with the server's requested wait

@@ -26,7 +26,9 @@ impl RetryPolicy {
     /// `op` receives the attempt number (1 for the first). Waits use `tokio::time`, so tests
     /// can run them on paused time. A final `Ok` is returned as is; a final `Err` becomes
     /// [`RetryError::NotRetryable`]; giving up yields [`RetryError::GaveUp`] with the last
-    /// outcome. Dropping the returned future cancels the call (nothing is left behind).
+    /// outcome; an attempt still running at the deadline is dropped
+    /// ([`RetryError::DeadlineElapsed`]). Dropping the returned future cancels the call
+    /// (nothing is left behind).
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
@@ -61,7 +63,14 @@ impl RetryPolicy {
         let mut call = self.begin(Instant::now().into_std());
         loop {
             let attempts = call.attempts();
-            let outcome = op(attempts).await;
+            let attempt = op(attempts);
+            let outcome = match call.deadline_at() {
+                None => attempt.await,
+                Some(at) => match tokio::time::timeout_at(at.into(), attempt).await {
+                    Ok(outcome) => outcome,
+                    Err(_) => return Err(RetryError::DeadlineElapsed { attempts }),
+                },
+            };
             let retry_after = match classify(&outcome) {
                 Classification::NotRetryable => {
                     return outcome.map_err(|error| RetryError::NotRetryable { attempts, error });
