@@ -237,7 +237,9 @@ impl RetryState {
 
     /// The instant at which the overall deadline passes, if there is one.
     pub fn deadline_at(&self) -> Option<Instant> {
-        self.policy.deadline.and_then(|d| self.started.checked_add(d))
+        self.policy
+            .deadline
+            .and_then(|d| self.started.checked_add(d))
     }
 
     /// After a retryable failure observed at `now`, with the server's requested wait
