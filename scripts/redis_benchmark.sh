@@ -1,0 +1,119 @@
+#!/usr/bin/env bash
+# Client-side throughput reference for flowguard's Redis GCRA script.
+#
+# Runs `redis-benchmark` with EVALSHA of src/gcra/redis/gcra.lua (server time, cost 1, random keys)
+# at a given concurrency and prints requests/s: the ceiling a Rust client driving the same script
+# at the same concurrency should get close to (issue 3 target: >= 0.9x).
+#
+#   scripts/redis_benchmark.sh [-c 64] [-n 200000] [-r 100000] [--interval-us 1000] [--burst 1000]
+#                              [--threads N] [--host H --port P] [--compare [--seconds 3]] [--json]
+#
+# Without --port it starts its own redis-server on a free loopback port (no persistence) and
+# stops it on exit. With --port it uses that server as is (no FLUSHALL, no CONFIG RESETSTAT).
+#
+# Comparing with the Rust client (examples/redis_load.rs, from the `redis` branch):
+#   --compare runs, against the same server and after redis-benchmark,
+#     cargo run --release --features redis --example redis_load -- \
+#       --redis redis://HOST:PORT/ --tasks C --seconds S --json
+#   and divides its `decisions_per_sec` (last stdout line) by the redis-benchmark figure. By hand:
+#   start a server, run this script with --port, then the command above with the same port and
+#   --tasks equal to -c. Use the same quota on both sides when redis_load lets you choose one: the
+#   allowed path (GET + SET) costs the server more than the denied path (GET only).
+#
+# On a 2-core machine the benchmark client and the server compete for CPU (and so do
+# redis_load and the server): compare figures taken on the same machine, in the same state.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+host=127.0.0.1 port="" clients=64 requests=200000 keyspace=100000
+interval_us=1000 burst=1000 threads="" compare=0 seconds=3 json=0
+
+usage() { sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'; }
+need_value() { [ $# -ge 2 ] || { echo "redis_benchmark.sh: $1 needs a value" >&2; exit 2; }; }
+while [ $# -gt 0 ]; do
+  case "$1" in
+    -c | --clients) need_value "$@"; clients=$2; shift 2 ;;
+    -n | --requests) need_value "$@"; requests=$2; shift 2 ;;
+    -r | --keys) need_value "$@"; keyspace=$2; shift 2 ;;
+    --interval-us) need_value "$@"; interval_us=$2; shift 2 ;;
+    --burst) need_value "$@"; burst=$2; shift 2 ;;
+    --threads) need_value "$@"; threads=$2; shift 2 ;;
+    --host) need_value "$@"; host=$2; shift 2 ;;
+    --port) need_value "$@"; port=$2; shift 2 ;;
+    --seconds) need_value "$@"; seconds=$2; shift 2 ;;
+    --compare) compare=1; shift ;;
+    --json) json=1; shift ;;
+    -h | --help) usage; exit 0 ;;
+    *) echo "redis_benchmark.sh: unknown argument '$1' (try --help)" >&2; exit 2 ;;
+  esac
+done
+for n in "$clients" "$requests" "$keyspace" "$interval_us" "$burst" "$seconds" ${threads:+"$threads"}; do
+  [[ "$n" =~ ^[1-9][0-9]*$ ]] || { echo "redis_benchmark.sh: '$n' is not a positive integer" >&2; exit 2; }
+done
+for tool in redis-cli redis-benchmark; do
+  command -v "$tool" >/dev/null || { echo "redis_benchmark.sh: $tool not found (apt-get install redis-tools)" >&2; exit 2; }
+done
+
+server_pid=""
+cleanup() { if [ -n "$server_pid" ]; then kill "$server_pid" 2>/dev/null || true; wait "$server_pid" 2>/dev/null || true; fi; }
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+if [ -z "$port" ]; then
+  command -v redis-server >/dev/null || { echo "redis_benchmark.sh: redis-server not found; pass --port" >&2; exit 2; }
+  port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+  redis-server --port "$port" --bind 127.0.0.1 --save "" --appendonly no >/dev/null 2>&1 &
+  server_pid=$!
+  for _ in $(seq 100); do
+    redis-cli -h "$host" -p "$port" PING >/dev/null 2>&1 && break
+    sleep 0.05
+  done
+  echo "started redis-server on $host:$port (pid $server_pid)" >&2
+fi
+cli() { redis-cli -h "$host" -p "$port" "$@"; }
+cli PING >/dev/null || { echo "redis_benchmark.sh: no Redis answers at $host:$port" >&2; exit 1; }
+
+script=src/gcra/redis/gcra.lua
+body=$(cat "$script")
+sha=$(cli SCRIPT LOAD "$body")
+[ "$sha" = "$(printf '%s' "$body" | sha1sum | cut -d' ' -f1)" ] || { echo "redis_benchmark.sh: SCRIPT LOAD returned '$sha'" >&2; exit 1; }
+# One real decision first: five integers back, or the arguments are wrong.
+reply_lines=$(cli EVALSHA "$sha" 1 bench:probe "$interval_us" "$burst" 1 "" 0 | wc -l)
+[ "$reply_lines" = 5 ] || { echo "redis_benchmark.sh: the script did not return a decision" >&2; exit 1; }
+
+own=0; [ -n "$server_pid" ] && own=1
+[ "$own" = 1 ] && cli CONFIG RESETSTAT >/dev/null
+
+cmd=(EVALSHA "$sha" 1 "key:__rand_int__" "$interval_us" "$burst" 1 "" 0)
+echo "redis-benchmark -h $host -p $port -c $clients -n $requests -r $keyspace ${threads:+--threads $threads }-q ${cmd[*]:0:4} $interval_us $burst 1 \"\" 0" >&2
+line=$(redis-benchmark -h "$host" -p "$port" -c "$clients" -n "$requests" -r "$keyspace" \
+  ${threads:+--threads "$threads"} -q "${cmd[@]}" 2>&1 | tr '\r' '\n' | grep 'requests per second' | tail -1)
+rps=$(sed -E 's/.*: ([0-9.]+) requests per second.*/\1/' <<<"$line")
+[[ "$rps" =~ ^[0-9.]+$ ]] || { echo "redis_benchmark.sh: could not read requests/s from: $line" >&2; exit 1; }
+echo "redis-benchmark, flowguard EVALSHA: $rps requests/s (clients $clients, requests $requests, keys $keyspace, quota T=${interval_us}us B=$burst)"
+
+usec_per_call=null
+if [ "$own" = 1 ]; then
+  usec_per_call=$(cli INFO commandstats | tr -d '\r' | sed -nE 's/^cmdstat_evalsha:.*usec_per_call=([0-9.]+).*/\1/p')
+  echo "server CPU under this load: cmdstat_evalsha usec_per_call = $usec_per_call"
+fi
+
+load_dps=null ratio=null
+if [ "$compare" = 1 ]; then
+  if [ ! -f examples/redis_load.rs ]; then
+    echo "redis_benchmark.sh: --compare needs examples/redis_load.rs (from the redis branch)" >&2
+    exit 1
+  fi
+  load_cmd=(cargo run --quiet --release --features redis --example redis_load -- --redis "redis://$host:$port/" --tasks "$clients" --seconds "$seconds" --json)
+  echo "${load_cmd[*]}" >&2
+  load_json=$("${load_cmd[@]}" | tail -1)
+  load_dps=$(sed -nE 's/.*"decisions_per_sec":([0-9.eE+-]+).*/\1/p' <<<"$load_json")
+  [ -n "$load_dps" ] || { echo "redis_benchmark.sh: no decisions_per_sec in: $load_json" >&2; exit 1; }
+  ratio=$(awk -v a="$load_dps" -v b="$rps" 'BEGIN { printf "%.3f", a / b }')
+  echo "redis_load: $load_dps decisions/s = ${ratio}x redis-benchmark (target >= 0.9)"
+fi
+
+if [ "$json" = 1 ]; then
+  printf '{"redis_benchmark_rps":%s,"clients":%s,"requests":%s,"keys":%s,"interval_us":%s,"burst":%s,"server_usec_per_call":%s,"redis_load_decisions_per_sec":%s,"ratio_redis_load_vs_benchmark":%s}\n' \
+    "$rps" "$clients" "$requests" "$keyspace" "$interval_us" "$burst" "${usec_per_call:-null}" "$load_dps" "$ratio"
+fi
