@@ -61,8 +61,7 @@ const NAIVE_LUA: &str = include_str!("../scripts/naive_gcra.lua");
 /// Floor 1: what EVALSHA costs with one key and five arguments before the script does anything.
 const EMPTY_LUA: &str = "return 1";
 /// Floor 2: the two data commands any GET/SET GCRA script needs, and nothing else.
-const GET_SET_LUA: &str =
-    "redis.call('GET', KEYS[1]) redis.call('SET', KEYS[1], '106495532123456', 'PX', '60000') return 1";
+const GET_SET_LUA: &str = "redis.call('GET', KEYS[1]) redis.call('SET', KEYS[1], '106495532123456', 'PX', '60000') return 1";
 /// Probe: a script around one slow inner command, to see where Redis books the inner time.
 const PROBE_LUA: &str = "return redis.call('LPOS', KEYS[1], 'absent')";
 /// Elements in the probe list: LPOS scans all of them, tens of microseconds.
@@ -72,11 +71,20 @@ const PROBE_CALLS: usize = 2_000;
 /// flowguard's time origin (unix seconds), see the script header.
 const FLOWGUARD_EPOCH_UNIX_S: u64 = 1_700_000_000;
 /// Allowed workloads: 10 per second, burst one million, so every call is allowed.
-const GENEROUS: Quota = Quota { interval_us: 100_000, burst: 1_000_000 };
+const GENEROUS: Quota = Quota {
+    interval_us: 100_000,
+    burst: 1_000_000,
+};
 /// Denied workload: one per hour, burst one.
-const STINGY: Quota = Quota { interval_us: 3_600_000_000, burst: 1 };
+const STINGY: Quota = Quota {
+    interval_us: 3_600_000_000,
+    burst: 1,
+};
 /// Memory layouts: one per minute, burst 10, so the GCRA key lives a minute.
-const MEMORY_QUOTA: Quota = Quota { interval_us: 60_000_000, burst: 10 };
+const MEMORY_QUOTA: Quota = Quota {
+    interval_us: 60_000_000,
+    burst: 10,
+};
 /// TTL given to the other layouts (ms).
 const MEMORY_TTL_MS: u64 = 60_000;
 /// Calls before `CONFIG RESETSTAT` (script cache, allocator, connection warm).
@@ -133,8 +141,9 @@ impl Options {
                 "--log-entries" => options.log_entries = positive(&flag, &value()?)?,
                 "--script" => {
                     let spec = value()?;
-                    let (name, path) =
-                        spec.split_once('=').ok_or_else(|| format!("--script wants NAME=PATH, got {spec:?}"))?;
+                    let (name, path) = spec
+                        .split_once('=')
+                        .ok_or_else(|| format!("--script wants NAME=PATH, got {spec:?}"))?;
                     let source = std::fs::read_to_string(path)
                         .map_err(|e| format!("--script {name}: cannot read {path}: {e}"))?;
                     options.extra_scripts.push((name.to_owned(), source));
@@ -184,8 +193,13 @@ impl OwnedServer {
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
-            .map_err(|e| format!("cannot start {bin:?} ({e}): install redis-server or pass --redis URL"))?;
-        Ok(Self { child, url: format!("redis://127.0.0.1:{port}/") })
+            .map_err(|e| {
+                format!("cannot start {bin:?} ({e}): install redis-server or pass --redis URL")
+            })?;
+        Ok(Self {
+            child,
+            url: format!("redis://127.0.0.1:{port}/"),
+        })
     }
 
     /// Waits until the server answers PING (or has exited).
@@ -196,12 +210,17 @@ impl OwnedServer {
                 return Err(format!("redis-server exited at start ({status}); port taken?").into());
             }
             if let Ok(mut con) = connect(&self.url).await
-                && redis::cmd("PING").query_async::<String>(&mut con).await.is_ok()
+                && redis::cmd("PING")
+                    .query_async::<String>(&mut con)
+                    .await
+                    .is_ok()
             {
                 return Ok(con);
             }
             if Instant::now() > deadline {
-                return Err(format!("redis-server at {} did not answer PING in 10 s", self.url).into());
+                return Err(
+                    format!("redis-server at {} did not answer PING in 10 s", self.url).into(),
+                );
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
@@ -257,7 +276,12 @@ async fn run(options: &Options, server: &mut Option<OwnedServer>) -> Result<()> 
     let probe = probe_inner_accounting(&mut con, &scripts).await?;
     let memory = measure_memory(&mut con, options, &scripts).await?;
     con.send_packed_command(&redis::cmd("FLUSHALL")).await?;
-    let report = Report { version, cpu, probe, memory };
+    let report = Report {
+        version,
+        cpu,
+        probe,
+        memory,
+    };
     report.print_table(options);
     if options.json {
         println!("{}", report.json(options));
@@ -267,11 +291,15 @@ async fn run(options: &Options, server: &mut Option<OwnedServer>) -> Result<()> 
 
 async fn redis_version(con: &mut MultiplexedConnection) -> Result<String> {
     let info: String = redis::cmd("INFO").arg("server").query_async(con).await?;
-    Ok(info_field(&info, "redis_version").unwrap_or("unknown").to_owned())
+    Ok(info_field(&info, "redis_version")
+        .unwrap_or("unknown")
+        .to_owned())
 }
 
 fn info_field<'a>(info: &'a str, field: &str) -> Option<&'a str> {
-    info.lines().find_map(|line| line.strip_prefix(field)?.strip_prefix(':')).map(str::trim)
+    info.lines()
+        .find_map(|line| line.strip_prefix(field)?.strip_prefix(':'))
+        .map(str::trim)
 }
 
 /// Loaded scripts, by SHA1.
@@ -302,7 +330,11 @@ impl Scripts {
 }
 
 async fn script_load(con: &mut MultiplexedConnection, source: &str) -> Result<String> {
-    Ok(redis::cmd("SCRIPT").arg("LOAD").arg(source).query_async(con).await?)
+    Ok(redis::cmd("SCRIPT")
+        .arg("LOAD")
+        .arg(source)
+        .query_async(con)
+        .await?)
 }
 
 /// Which keys a workload touches.
@@ -357,17 +389,33 @@ impl Call {
     fn command(&self, key: &str, quota: Quota) -> Cmd {
         match self {
             Call::Flowguard { sha, server_time } => {
-                let now = if *server_time { String::new() } else { flowguard_now_us().to_string() };
+                let now = if *server_time {
+                    String::new()
+                } else {
+                    flowguard_now_us().to_string()
+                };
                 let mut cmd = redis::cmd("EVALSHA");
-                cmd.arg(sha).arg(1).arg(key).arg(quota.interval_us).arg(quota.burst).arg(1);
+                cmd.arg(sha)
+                    .arg(1)
+                    .arg(key)
+                    .arg(quota.interval_us)
+                    .arg(quota.burst)
+                    .arg(1);
                 cmd.arg(now).arg(0);
                 cmd
             }
             Call::Naive { sha } => {
-                let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
+                let now = SystemTime::now()
+                    .duration_since(UNIX_EPOCH)
+                    .unwrap_or_default();
                 let mut cmd = redis::cmd("EVALSHA");
-                cmd.arg(sha).arg(1).arg(key).arg(format!("{:.6}", now.as_secs_f64()));
-                cmd.arg(quota.interval_us as f64 / 1e6).arg(quota.burst).arg(1);
+                cmd.arg(sha)
+                    .arg(1)
+                    .arg(key)
+                    .arg(format!("{:.6}", now.as_secs_f64()));
+                cmd.arg(quota.interval_us as f64 / 1e6)
+                    .arg(quota.burst)
+                    .arg(1);
                 cmd
             }
             Call::Set => {
@@ -387,7 +435,9 @@ impl Call {
 }
 
 fn flowguard_now_us() -> u64 {
-    let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default();
     now.as_micros() as u64 - FLOWGUARD_EPOCH_UNIX_S * 1_000_000
 }
 
@@ -399,17 +449,38 @@ struct Subject {
 }
 
 fn subjects(scripts: &Scripts) -> Vec<Subject> {
-    let flowguard = |sha: &str, server_time| Call::Flowguard { sha: sha.to_owned(), server_time };
+    let flowguard = |sha: &str, server_time| Call::Flowguard {
+        sha: sha.to_owned(),
+        server_time,
+    };
     let mut list = vec![
-        Subject { name: "flowguard".into(), call: flowguard(&scripts.flowguard, true), keys: Keys::ALL.into() },
+        Subject {
+            name: "flowguard".into(),
+            call: flowguard(&scripts.flowguard, true),
+            keys: Keys::ALL.into(),
+        },
         Subject {
             name: "flowguard_explicit_time".into(),
             call: flowguard(&scripts.flowguard, false),
             keys: Keys::ALL.into(),
         },
-        Subject { name: "naive".into(), call: Call::Naive { sha: scripts.naive.clone() }, keys: Keys::ALL.into() },
-        Subject { name: "set".into(), call: Call::Set, keys: vec![Keys::New, Keys::Hot] },
-        Subject { name: "lua_empty".into(), call: flowguard(&scripts.empty, true), keys: vec![Keys::New, Keys::Hot] },
+        Subject {
+            name: "naive".into(),
+            call: Call::Naive {
+                sha: scripts.naive.clone(),
+            },
+            keys: Keys::ALL.into(),
+        },
+        Subject {
+            name: "set".into(),
+            call: Call::Set,
+            keys: vec![Keys::New, Keys::Hot],
+        },
+        Subject {
+            name: "lua_empty".into(),
+            call: flowguard(&scripts.empty, true),
+            keys: vec![Keys::New, Keys::Hot],
+        },
         Subject {
             name: "lua_get_set".into(),
             call: flowguard(&scripts.get_set, true),
@@ -417,7 +488,11 @@ fn subjects(scripts: &Scripts) -> Vec<Subject> {
         },
     ];
     for (name, sha) in &scripts.extra {
-        list.push(Subject { name: name.clone(), call: flowguard(sha, true), keys: Keys::ALL.into() });
+        list.push(Subject {
+            name: name.clone(),
+            call: flowguard(sha, true),
+            keys: Keys::ALL.into(),
+        });
     }
     list
 }
@@ -428,11 +503,19 @@ type CommandStats = BTreeMap<String, (u64, u64)>;
 fn parse_commandstats(info: &str) -> CommandStats {
     let mut stats = CommandStats::new();
     for line in info.lines() {
-        let Some((name, fields)) = line.strip_prefix("cmdstat_").and_then(|l| l.split_once(':')) else {
+        let Some((name, fields)) = line
+            .strip_prefix("cmdstat_")
+            .and_then(|l| l.split_once(':'))
+        else {
             continue;
         };
         let field = |wanted: &str| {
-            fields.split(',').find_map(|kv| kv.strip_prefix(wanted)?.strip_prefix('=')?.parse::<u64>().ok())
+            fields.split(',').find_map(|kv| {
+                kv.strip_prefix(wanted)?
+                    .strip_prefix('=')?
+                    .parse::<u64>()
+                    .ok()
+            })
         };
         if let (Some(calls), Some(usec)) = (field("calls"), field("usec")) {
             stats.insert(name.to_owned(), (calls, usec));
@@ -455,14 +538,31 @@ struct Run {
     allowed: usize,
 }
 
-async fn measure_cpu(con: &mut MultiplexedConnection, options: &Options, scripts: &Scripts) -> Result<Vec<Measured>> {
+async fn measure_cpu(
+    con: &mut MultiplexedConnection,
+    options: &Options,
+    scripts: &Scripts,
+) -> Result<Vec<Measured>> {
     let subjects = subjects(scripts);
-    let mut results: Vec<Measured> =
-        subjects.iter().map(|s| (s.name.clone(), s.keys.iter().map(|k| (*k, Vec::new())).collect())).collect();
+    let mut results: Vec<Measured> = subjects
+        .iter()
+        .map(|s| {
+            (
+                s.name.clone(),
+                s.keys.iter().map(|k| (*k, Vec::new())).collect(),
+            )
+        })
+        .collect();
     for round in 0..options.rounds {
         for (subject, (_, by_keys)) in subjects.iter().zip(results.iter_mut()) {
             for (keys, runs) in by_keys.iter_mut() {
-                eprintln!("round {}/{}: {} on {}", round + 1, options.rounds, subject.name, keys.label());
+                eprintln!(
+                    "round {}/{}: {} on {}",
+                    round + 1,
+                    options.rounds,
+                    subject.name,
+                    keys.label()
+                );
                 runs.push(measure_run(con, options, &subject.call, *keys).await?);
             }
         }
@@ -470,18 +570,39 @@ async fn measure_cpu(con: &mut MultiplexedConnection, options: &Options, scripts
     Ok(results)
 }
 
-async fn measure_run(con: &mut MultiplexedConnection, options: &Options, call: &Call, keys: Keys) -> Result<Run> {
+async fn measure_run(
+    con: &mut MultiplexedConnection,
+    options: &Options,
+    call: &Call,
+    keys: Keys,
+) -> Result<Run> {
     redis::cmd("FLUSHALL").query_async::<()>(con).await?;
-    drive(con, options, call, keys, "warm", WARM_UP_CALLS.min(options.calls)).await?;
+    drive(
+        con,
+        options,
+        call,
+        keys,
+        "warm",
+        WARM_UP_CALLS.min(options.calls),
+    )
+    .await?;
     redis::cmd("FLUSHALL").query_async::<()>(con).await?;
-    redis::cmd("CONFIG").arg("RESETSTAT").query_async::<()>(con).await?;
+    redis::cmd("CONFIG")
+        .arg("RESETSTAT")
+        .query_async::<()>(con)
+        .await?;
     let cpu_before = process_cpu_seconds(con).await?;
     let allowed = drive(con, options, call, keys, "run", options.calls).await?;
     let cpu_after = process_cpu_seconds(con).await?;
-    let info: String = redis::cmd("INFO").arg("commandstats").query_async(con).await?;
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(con)
+        .await?;
     let stats = parse_commandstats(&info);
     let outer = call.outer_stat();
-    let &(calls, usec) = stats.get(outer).ok_or_else(|| format!("no cmdstat_{outer} after the run"))?;
+    let &(calls, usec) = stats
+        .get(outer)
+        .ok_or_else(|| format!("no cmdstat_{outer} after the run"))?;
     if calls != options.calls as u64 {
         return Err(format!(
             "cmdstat_{outer} counted {calls} calls, sent {}: another client uses this server",
@@ -494,7 +615,11 @@ async fn measure_run(con: &mut MultiplexedConnection, options: &Options, call: &
         .filter(|name| **name != outer)
         .filter_map(|name| {
             let &(c, u) = stats.get(*name)?;
-            Some((name.to_string(), c as f64 / calls as f64, u as f64 / c as f64))
+            Some((
+                name.to_string(),
+                c as f64 / calls as f64,
+                u as f64 / c as f64,
+            ))
         })
         .collect();
     Ok(Run {
@@ -509,7 +634,9 @@ async fn measure_run(con: &mut MultiplexedConnection, options: &Options, call: &
 async fn process_cpu_seconds(con: &mut MultiplexedConnection) -> Result<f64> {
     let info: String = redis::cmd("INFO").arg("cpu").query_async(con).await?;
     let field = |name| -> Result<f64> {
-        info_field(&info, name).and_then(|v| v.parse().ok()).ok_or_else(|| format!("INFO cpu has no {name}").into())
+        info_field(&info, name)
+            .and_then(|v| v.parse().ok())
+            .ok_or_else(|| format!("INFO cpu has no {name}").into())
     };
     Ok(field("used_cpu_user")? + field("used_cpu_sys")?)
 }
@@ -532,7 +659,10 @@ async fn drive(
         tasks.spawn(async move {
             let mut allowed = 0;
             for i in (worker..calls).step_by(workers) {
-                let reply: Value = call.command(&keys.key(&tag, i, hot_keys), quota).query_async(&mut con).await?;
+                let reply: Value = call
+                    .command(&keys.key(&tag, i, hot_keys), quota)
+                    .query_async(&mut con)
+                    .await?;
                 allowed += usize::from(is_allowed(&reply));
             }
             Ok::<usize, AnyError>(allowed)
@@ -569,23 +699,46 @@ impl Probe {
 }
 
 /// Runs a script whose only work is one slow `LPOS` and compares where the time is booked.
-async fn probe_inner_accounting(con: &mut MultiplexedConnection, scripts: &Scripts) -> Result<Probe> {
+async fn probe_inner_accounting(
+    con: &mut MultiplexedConnection,
+    scripts: &Scripts,
+) -> Result<Probe> {
     redis::cmd("FLUSHALL").query_async::<()>(con).await?;
     let elements: Vec<usize> = (0..PROBE_LIST_LEN).collect();
     for chunk in elements.chunks(1_000) {
-        redis::cmd("RPUSH").arg("probe:list").arg(chunk).query_async::<()>(con).await?;
+        redis::cmd("RPUSH")
+            .arg("probe:list")
+            .arg(chunk)
+            .query_async::<()>(con)
+            .await?;
     }
-    redis::cmd("CONFIG").arg("RESETSTAT").query_async::<()>(con).await?;
+    redis::cmd("CONFIG")
+        .arg("RESETSTAT")
+        .query_async::<()>(con)
+        .await?;
     for _ in 0..PROBE_CALLS {
-        redis::cmd("EVALSHA").arg(&scripts.probe).arg(1).arg("probe:list").query_async::<()>(con).await?;
+        redis::cmd("EVALSHA")
+            .arg(&scripts.probe)
+            .arg(1)
+            .arg("probe:list")
+            .query_async::<()>(con)
+            .await?;
     }
-    let info: String = redis::cmd("INFO").arg("commandstats").query_async(con).await?;
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(con)
+        .await?;
     let stats = parse_commandstats(&info);
     let per_call = |name: &str| -> Result<f64> {
-        let &(calls, usec) = stats.get(name).ok_or_else(|| format!("probe: no cmdstat_{name}"))?;
+        let &(calls, usec) = stats
+            .get(name)
+            .ok_or_else(|| format!("probe: no cmdstat_{name}"))?;
         Ok(usec as f64 / calls as f64)
     };
-    Ok(Probe { evalsha_us: per_call("evalsha")?, lpos_us: per_call("lpos")? })
+    Ok(Probe {
+        evalsha_us: per_call("evalsha")?,
+        lpos_us: per_call("lpos")?,
+    })
 }
 
 /// A key layout whose memory is measured.
@@ -598,16 +751,25 @@ enum Layout {
 }
 
 impl Layout {
-    const ALL: [Layout; 4] = [Layout::Gcra, Layout::SlidingLog, Layout::TokenBucket, Layout::FixedWindow];
+    const ALL: [Layout; 4] = [
+        Layout::Gcra,
+        Layout::SlidingLog,
+        Layout::TokenBucket,
+        Layout::FixedWindow,
+    ];
 
     /// Short label (JSON key) and what is stored.
     fn names(self, options: &Options) -> (String, String) {
         let entries = options.log_entries;
         match self {
-            Layout::Gcra => ("gcra".into(), "GCRA TAT string, SET .. PX by flowguard's script".into()),
-            Layout::SlidingLog => {
-                (format!("sliding_log_{entries}"), format!("sorted set, {entries} timestamp members + PEXPIRE"))
-            }
+            Layout::Gcra => (
+                "gcra".into(),
+                "GCRA TAT string, SET .. PX by flowguard's script".into(),
+            ),
+            Layout::SlidingLog => (
+                format!("sliding_log_{entries}"),
+                format!("sorted set, {entries} timestamp members + PEXPIRE"),
+            ),
             Layout::TokenBucket => ("token_bucket".into(), "hash {tokens, ts} + PEXPIRE".into()),
             Layout::FixedWindow => ("fixed_window".into(), "INCR counter + PEXPIRE".into()),
         }
@@ -620,7 +782,12 @@ impl Layout {
             Layout::Gcra => {
                 let q = MEMORY_QUOTA;
                 pipe.cmd("EVALSHA").arg(&scripts.flowguard).arg(1).arg(key);
-                pipe.arg(q.interval_us).arg(q.burst).arg(1).arg("").arg(0).ignore();
+                pipe.arg(q.interval_us)
+                    .arg(q.burst)
+                    .arg(1)
+                    .arg("")
+                    .arg(0)
+                    .ignore();
             }
             Layout::SlidingLog => {
                 let unix_us = now_us + FLOWGUARD_EPOCH_UNIX_S * 1_000_000;
@@ -633,7 +800,13 @@ impl Layout {
                 pipe.cmd("PEXPIRE").arg(key).arg(MEMORY_TTL_MS).ignore();
             }
             Layout::TokenBucket => {
-                pipe.cmd("HSET").arg(key).arg("tokens").arg("9.873").arg("ts").arg(now_us).ignore();
+                pipe.cmd("HSET")
+                    .arg(key)
+                    .arg("tokens")
+                    .arg("9.873")
+                    .arg("ts")
+                    .arg(now_us)
+                    .ignore();
                 pipe.cmd("PEXPIRE").arg(key).arg(MEMORY_TTL_MS).ignore();
             }
             Layout::FixedWindow => {
@@ -658,7 +831,9 @@ async fn measure_memory(
     options: &Options,
     scripts: &Scripts,
 ) -> Result<Vec<MemoryRow>> {
-    let keys: Vec<String> = (0..options.mem_keys).map(|i| format!("user:{i:06}")).collect();
+    let keys: Vec<String> = (0..options.mem_keys)
+        .map(|i| format!("user:{i:06}"))
+        .collect();
     let mut rows = Vec::new();
     for layout in Layout::ALL {
         let (label, describe) = layout.names(options);
@@ -675,14 +850,22 @@ async fn measure_memory(
         for batch in keys.chunks(FILL_BATCH) {
             let mut pipe = redis::pipe();
             for key in batch {
-                pipe.cmd("MEMORY").arg("USAGE").arg(key).arg("SAMPLES").arg(0);
+                pipe.cmd("MEMORY")
+                    .arg("USAGE")
+                    .arg(key)
+                    .arg("SAMPLES")
+                    .arg(0);
             }
             let sizes: Vec<Option<u64>> = pipe.query_async(con).await?;
             for (key, size) in batch.iter().zip(sizes) {
                 total += size.ok_or_else(|| format!("key {key} vanished before MEMORY USAGE"))?;
             }
         }
-        let encoding: String = redis::cmd("OBJECT").arg("ENCODING").arg(&keys[0]).query_async(con).await?;
+        let encoding: String = redis::cmd("OBJECT")
+            .arg("ENCODING")
+            .arg(&keys[0])
+            .query_async(con)
+            .await?;
         rows.push(MemoryRow {
             label,
             describe,
@@ -713,7 +896,9 @@ async fn fill(
 
 async fn used_memory(con: &mut MultiplexedConnection) -> Result<u64> {
     let info: String = redis::cmd("INFO").arg("memory").query_async(con).await?;
-    info_field(&info, "used_memory").and_then(|v| v.parse().ok()).ok_or_else(|| "INFO memory has no used_memory".into())
+    info_field(&info, "used_memory")
+        .and_then(|v| v.parse().ok())
+        .ok_or_else(|| "INFO memory has no used_memory".into())
 }
 
 /// Everything measured.
@@ -764,7 +949,9 @@ impl Report {
 
     /// Headline: mean of the two allowed workloads.
     fn headline(&self, subject: &str, figure: Figure) -> Option<f64> {
-        Some((self.cell(subject, Keys::New, figure)? + self.cell(subject, Keys::Hot, figure)?) / 2.0)
+        Some(
+            (self.cell(subject, Keys::New, figure)? + self.cell(subject, Keys::Hot, figure)?) / 2.0,
+        )
     }
 
     fn ratio(&self, figure: Figure) -> Option<f64> {
@@ -787,7 +974,10 @@ impl Report {
                 .find(|(k, _)| *k == Keys::Hot)
                 .and_then(|(_, runs)| runs.last())
                 .map(|run| {
-                    run.inner.iter().map(|(n, c, u)| format!("{} {c:.2}x{u:.2}", n.to_uppercase())).collect::<Vec<_>>()
+                    run.inner
+                        .iter()
+                        .map(|(n, c, u)| format!("{} {c:.2}x{u:.2}", n.to_uppercase()))
+                        .collect::<Vec<_>>()
                 })
                 .unwrap_or_default()
                 .join(", ");
@@ -829,7 +1019,11 @@ impl Report {
             "accounting probe: evalsha {:.2} us/call around an inner LPOS of {:.2} us/call -> evalsha time {} the inner commands",
             self.probe.evalsha_us,
             self.probe.lpos_us,
-            if self.probe.includes_inner() { "INCLUDES" } else { "EXCLUDES" }
+            if self.probe.includes_inner() {
+                "INCLUDES"
+            } else {
+                "EXCLUDES"
+            }
         );
         println!();
         println!("Redis memory per key, {} keys each", options.mem_keys);
@@ -847,21 +1041,35 @@ impl Report {
 
     fn json(&self, options: &Options) -> Json {
         let headline = |figure| -> Map<String, Json> {
-            self.cpu.iter().map(|(name, _)| (name.clone(), json!(self.headline(name, figure).map(round2)))).collect()
+            self.cpu
+                .iter()
+                .map(|(name, _)| (name.clone(), json!(self.headline(name, figure).map(round2))))
+                .collect()
         };
         let mut by_keys_json = Map::new();
         for (name, by_keys) in &self.cpu {
             let cells: Map<String, Json> = by_keys
                 .iter()
-                .map(|(keys, _)| (keys.label().to_owned(), json!(self.cell(name, *keys, Figure::Min).map(round2))))
+                .map(|(keys, _)| {
+                    (
+                        keys.label().to_owned(),
+                        json!(self.cell(name, *keys, Figure::Min).map(round2)),
+                    )
+                })
                 .collect();
             by_keys_json.insert(name.clone(), Json::Object(cells));
         }
         let ratio = |figure| self.ratio(figure).map(|r| (r * 1000.0).round() / 1000.0);
-        let memory: Map<String, Json> =
-            self.memory.iter().map(|r| (r.label.clone(), json!(r.memory_usage.round()))).collect();
-        let delta: Map<String, Json> =
-            self.memory.iter().map(|r| (r.label.clone(), json!(r.used_memory_delta.round()))).collect();
+        let memory: Map<String, Json> = self
+            .memory
+            .iter()
+            .map(|r| (r.label.clone(), json!(r.memory_usage.round())))
+            .collect();
+        let delta: Map<String, Json> = self
+            .memory
+            .iter()
+            .map(|r| (r.label.clone(), json!(r.used_memory_delta.round())))
+            .collect();
         json!({
             "redis_version": self.version,
             "calls": options.calls,
