@@ -4,4 +4,7 @@
 
 pub mod backoff;
 pub mod gcra;
+mod guard;
 pub mod vegas;
+
+pub use guard::{DEFAULT_ACQUIRE_TIMEOUT, Guard, GuardBuilder, GuardError};

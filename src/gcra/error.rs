@@ -44,11 +44,17 @@ pub enum GcraError {
         /// What went wrong.
         reason: String,
     },
+    /// [`Guard::admit`](crate::Guard::admit) was called on a guard without a rate limit:
+    /// configure one with [`GuardBuilder::rate_limit`](crate::GuardBuilder::rate_limit).
+    NoRateLimit,
 }
 
 impl fmt::Display for GcraError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
+            GcraError::NoRateLimit => f.write_str(
+                "this Guard has no rate limit: configure one with GuardBuilder::rate_limit",
+            ),
             GcraError::InsufficientCapacity { cost, burst } => write!(
                 f,
                 "request costs {cost} tokens but the quota's burst is {burst}: it can never be allowed; \
