@@ -267,17 +267,22 @@ fn main() -> Result<(), Box<dyn Error>> {
         plot(dir, &sweep)?;
     }
     if args.json {
-        let strategies: Vec<_> = rows
+        // Fields in the documented order (serde_json's map would sort them).
+        let strategies: Vec<String> = rows
             .iter()
             .map(|r| {
-                serde_json::json!({
-                    "name": r.name,
-                    "calls": r.calls,
-                    "completion_ms": r.completion_ms,
-                })
+                format!(
+                    r#"{{"name":{},"calls":{},"completion_ms":{}}}"#,
+                    serde_json::Value::from(r.name),
+                    serde_json::Value::from(r.calls),
+                    serde_json::Value::from(r.completion_ms)
+                )
             })
             .collect();
-        println!("{}", serde_json::json!({ "strategies": strategies }));
+        let line = format!(r#"{{"strategies":[{}]}}"#, strategies.join(","));
+        // Valid JSON by construction; checked so a formatting slip cannot go unnoticed.
+        serde_json::from_str::<serde_json::Value>(&line)?;
+        println!("{line}");
     }
     Ok(())
 }

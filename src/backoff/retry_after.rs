@@ -77,13 +77,22 @@ impl RetryAfter {
     ///
     /// Returns `Ok(None)` when neither header asks for a wait. A malformed header is an error
     /// only when no other header gives a valid wait; a too-large wait is always an error.
+    ///
+    /// Clock skew: a `Retry-After` date is measured from the earlier of `now` and the
+    /// response's `Date` header, so a client whose clock runs ahead of the server's still
+    /// waits until the server's time (the `Date` header's whole seconds only lengthen the wait).
     pub fn from_headers(headers: &HeaderMap, now: SystemTime) -> Result<Option<Self>, HeaderError> {
         let mut best: Option<Self> = None;
         let mut invalid: Option<HeaderError> = None;
+        let server_now = headers
+            .get(http::header::DATE)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| httpdate::parse_http_date(v).ok());
+        let since = server_now.map_or(now, |server| server.min(now));
         let retry_after = headers
             .get_all(RETRY_AFTER)
             .iter()
-            .map(|v| RetryAfter::parse(v.as_bytes(), now).map(Some));
+            .map(|v| RetryAfter::parse(v.as_bytes(), since).map(Some));
         let rate_limit = headers.get_all("ratelimit").iter().map(|v| {
             parse_rate_limit_reset(v.as_bytes()).and_then(|d| d.map(Self::from_delay).transpose())
         });
@@ -206,6 +215,28 @@ mod tests {
                 .unwrap()
                 .map(RetryAfter::delay),
             Some(Duration::from_secs(45))
+        );
+        h.insert(
+            RETRY_AFTER,
+            "Sun, 06 Nov 1994 08:49:40 GMT".parse().unwrap(),
+        );
+        assert_eq!(
+            RetryAfter::from_headers(&h, now)
+                .unwrap()
+                .map(RetryAfter::delay),
+            Some(Duration::from_secs(30)),
+            "the RateLimit wait is longer than 3 s"
+        );
+        // Our clock runs 60 s ahead of the server's: its date is still honoured in full.
+        h.insert(
+            http::header::DATE,
+            "Sun, 06 Nov 1994 08:48:37 GMT".parse().unwrap(),
+        );
+        assert_eq!(
+            RetryAfter::from_headers(&h, now)
+                .unwrap()
+                .map(RetryAfter::delay),
+            Some(Duration::from_secs(63))
         );
         h.insert(RETRY_AFTER, "100000".parse().unwrap());
         assert!(matches!(
