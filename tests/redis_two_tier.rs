@@ -1,0 +1,138 @@
+//! Two-tier mode against a real Redis: global accuracy across instances (each with its own
+//! connection) and the Redis load, counted by Redis itself (`INFO commandstats`).
+#![cfg(feature = "redis")]
+
+mod support;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use flowguard::gcra::redis::{RedisRateLimiter, RedisStore};
+use flowguard::gcra::two_tier::{TwoTierConfig, TwoTierLimiter};
+use flowguard::gcra::{MonotonicClock, Quota};
+use support::RedisServer;
+
+/// Script runs (`EVALSHA` + `EVAL` calls, less the failed ones such as the first `NOSCRIPT`)
+/// the server has executed since its stats were reset.
+fn script_calls(server: &RedisServer) -> u64 {
+    let field = |line: &str, name: &str| -> u64 {
+        line.split(',')
+            .find_map(|f| f.rsplit_once(name)?.1.parse().ok())
+            .unwrap_or(0)
+    };
+    server
+        .cli(&["INFO", "commandstats"])
+        .lines()
+        .filter(|l| l.starts_with("cmdstat_evalsha:") || l.starts_with("cmdstat_eval:"))
+        .map(|l| field(l, "calls=") - field(l, "failed_calls="))
+        .sum()
+}
+
+async fn pod(
+    server: &RedisServer,
+    quota: Quota,
+    config: TwoTierConfig,
+) -> Arc<TwoTierLimiter<RedisRateLimiter>> {
+    // A generous timeout: these tests are about accuracy and load, not latency on a busy machine.
+    let store = RedisStore::standalone(server.url())
+        .timeout(Duration::from_secs(2))
+        .connect()
+        .await
+        .unwrap();
+    let limiter = RedisRateLimiter::new(store, quota).unwrap();
+    Arc::new(TwoTierLimiter::with_clock(limiter, config, MonotonicClock::new(), 10_000).unwrap())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn at_batch_50_redis_sees_one_script_call_per_50_decisions() {
+    let server = RedisServer::start();
+    // A quota far above the offered load, and tokens that outlive the test: every decision is
+    // allowed, so every reserved token is spent and the ratio is the protocol's, not the machine's.
+    let quota = Quota::per_second(1_000_000)
+        .unwrap()
+        .with_burst(100_000)
+        .unwrap();
+    let config = TwoTierConfig::new(50).max_token_age(Duration::from_secs(60));
+    let pods = [
+        pod(&server, quota, config).await,
+        pod(&server, quota, config).await,
+    ];
+    server.cli(&["CONFIG", "RESETSTAT"]);
+    let per_pod = 25_000u64;
+    let mut tasks = vec![];
+    for p in &pods {
+        let p = p.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut allowed = 0u64;
+            for _ in 0..per_pod {
+                allowed += u64::from(p.check(b"tenant", 1).await.unwrap().allowed);
+            }
+            allowed
+        }));
+    }
+    let mut allowed = 0;
+    for t in tasks {
+        allowed += t.await.unwrap();
+    }
+    let decisions = per_pod * pods.len() as u64;
+    assert_eq!(allowed, decisions);
+    tokio::time::sleep(Duration::from_millis(100)).await; // let trailing background refills land
+    let calls = script_calls(&server);
+    let ratio = calls as f64 / decisions as f64;
+    eprintln!(
+        "{decisions} decisions, {calls} script calls (Redis commandstats): {ratio:.5} per decision"
+    );
+    // One reservation per 50 decisions, plus at most one trailing refill per pod.
+    assert!(
+        calls <= decisions / 50 + pods.len() as u64,
+        "{calls} calls for {decisions} decisions"
+    );
+    assert!(ratio <= 0.0201, "{ratio}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn instances_together_stay_within_the_global_bound() {
+    let server = RedisServer::start();
+    let quota = Quota::per_second(1000).unwrap().with_burst(100).unwrap();
+    let (batch, pods_n) = (20u32, 4usize);
+    let mut pods = vec![];
+    for _ in 0..pods_n {
+        pods.push(pod(&server, quota, TwoTierConfig::new(batch)).await);
+    }
+    let run = Duration::from_secs(2);
+    let start = tokio::time::Instant::now();
+    let mut tasks = vec![];
+    for p in &pods {
+        for _ in 0..4 {
+            let p = p.clone();
+            tasks.push(tokio::spawn(async move {
+                let mut allowed = 0u64;
+                while start.elapsed() < run {
+                    allowed += u64::from(p.check(b"tenant", 1).await.unwrap().allowed);
+                    tokio::task::yield_now().await;
+                }
+                allowed
+            }));
+        }
+    }
+    let mut admitted = 0;
+    for t in tasks {
+        admitted += t.await.unwrap();
+    }
+    let elapsed = start.elapsed();
+    // Reservations are made by the server's clock inside [start, end]; allow the run's own length
+    // measured on this clock plus one second of slack for the round trips at its edges.
+    let bound = 100 + (elapsed.as_millis() as u64 + 1000);
+    let slack = pods_n as u64 * u64::from(batch + batch.div_ceil(5));
+    eprintln!("admitted {admitted} in {elapsed:?}; bound {bound} + {slack}");
+    assert!(
+        admitted <= bound + slack,
+        "admitted {admitted} > {bound} + {slack}"
+    );
+    // Overloaded instances get (nearly) the whole quota: 100 + 1000/s.
+    let ideal = 100.0 + elapsed.as_secs_f64() * 1000.0;
+    assert!(
+        admitted as f64 >= 0.9 * ideal,
+        "admitted {admitted}, ideal {ideal:.0}"
+    );
+}
