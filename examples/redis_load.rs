@@ -70,7 +70,7 @@ fn parse_args() -> Result<Args, String> {
             _ => return Err(format!("unknown flag {flag}\n{USAGE}")),
         }
     }
-    if args.tasks == 0 || args.keys == 0 || !(args.seconds > 0.0) {
+    if args.tasks == 0 || args.keys == 0 || args.seconds.is_nan() || args.seconds <= 0.0 {
         return Err(format!("--tasks, --keys and --seconds must be positive\n{USAGE}"));
     }
     Ok(args)
