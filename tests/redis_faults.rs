@@ -135,7 +135,7 @@ async fn client_pause_times_out_into_the_policy_and_recovers() {
     let store = RedisStore::standalone(server.url()).failure_policy(FailurePolicy::FailClosed).connect().await.unwrap();
     let limiter = RedisRateLimiter::new(store, Quota::per_second(100).unwrap()).unwrap();
     assert!(check(&limiter, b"k").await.degraded.is_none());
-    assert_eq!(server.cli(&["client", "pause", "400", "all"]), "OK");
+    assert_eq!(server.cli(&["client", "pause", "1000", "all"]), "OK");
     let d = check(&limiter, b"k").await;
     assert_eq!(d.degraded, Some(Degradation::FailClosed), "a paused server does not answer within the timeout");
     // Calls within the probe interval do not wait for the server at all.
