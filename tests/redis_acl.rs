@@ -102,3 +102,23 @@ async fn a_wrong_password_is_a_clear_error() {
         .unwrap_err();
     assert!(matches!(err, RedisStoreError::AuthFailed { .. }), "{err:?}");
 }
+
+#[tokio::test]
+async fn requirepass_auth_works_and_a_missing_password_is_a_clear_error() {
+    let server = RedisServer::start_with(&["--requirepass", "pw"]);
+    let store = RedisStore::connect(&format!("redis://:pw@127.0.0.1:{}", server.port))
+        .await
+        .unwrap();
+    let limiter = RedisRateLimiter::new(store, Quota::per_second(5).unwrap()).unwrap();
+    assert!(limiter.check_key(b"k").await.unwrap().allowed);
+    for url in [
+        format!("redis://:nope@127.0.0.1:{}", server.port),
+        server.url(),
+    ] {
+        let err = RedisStore::connect(&url).await.map(|_| ()).unwrap_err();
+        assert!(
+            matches!(err, RedisStoreError::AuthFailed { .. }),
+            "{url}: {err:?}"
+        );
+    }
+}

@@ -167,7 +167,7 @@ async fn client_pause_times_out_into_the_policy_and_recovers() {
         .unwrap();
     let limiter = RedisRateLimiter::new(store, Quota::per_second(100).unwrap()).unwrap();
     assert!(check(&limiter, b"k").await.degraded.is_none());
-    assert_eq!(server.cli(&["client", "pause", "400", "all"]), "OK");
+    assert_eq!(server.cli(&["client", "pause", "1000", "all"]), "OK");
     let d = check(&limiter, b"k").await;
     assert_eq!(
         d.degraded,
@@ -223,4 +223,96 @@ async fn script_flush_and_restart_are_recovered_from_transparently() {
         (None, 9),
         "the empty server decides with a freshly loaded script"
     );
+}
+
+/// Counts `flowguard_redis_degraded_total` increments by their labels.
+#[derive(Default)]
+struct CountingRecorder {
+    counts: std::sync::Mutex<std::collections::HashMap<String, Arc<std::sync::atomic::AtomicU64>>>,
+}
+
+struct Count(Arc<std::sync::atomic::AtomicU64>);
+
+impl metrics::CounterFn for Count {
+    fn increment(&self, value: u64) {
+        self.0.fetch_add(value, Ordering::Relaxed);
+    }
+    fn absolute(&self, value: u64) {
+        self.0.fetch_max(value, Ordering::Relaxed);
+    }
+}
+
+impl metrics::Recorder for CountingRecorder {
+    fn describe_counter(
+        &self,
+        _: metrics::KeyName,
+        _: Option<metrics::Unit>,
+        _: metrics::SharedString,
+    ) {
+    }
+    fn describe_gauge(
+        &self,
+        _: metrics::KeyName,
+        _: Option<metrics::Unit>,
+        _: metrics::SharedString,
+    ) {
+    }
+    fn describe_histogram(
+        &self,
+        _: metrics::KeyName,
+        _: Option<metrics::Unit>,
+        _: metrics::SharedString,
+    ) {
+    }
+    fn register_counter(&self, key: &metrics::Key, _: &metrics::Metadata<'_>) -> metrics::Counter {
+        let labels: Vec<String> = key
+            .labels()
+            .map(|l| format!("{}={}", l.key(), l.value()))
+            .collect();
+        let name = format!("{}{{{}}}", key.name(), labels.join(","));
+        let cell = self.counts.lock().unwrap().entry(name).or_default().clone();
+        metrics::Counter::from_arc(Arc::new(Count(cell)))
+    }
+    fn register_gauge(&self, _: &metrics::Key, _: &metrics::Metadata<'_>) -> metrics::Gauge {
+        metrics::Gauge::noop()
+    }
+    fn register_histogram(
+        &self,
+        _: &metrics::Key,
+        _: &metrics::Metadata<'_>,
+    ) -> metrics::Histogram {
+        metrics::Histogram::noop()
+    }
+}
+
+#[test]
+fn degraded_decisions_are_counted() {
+    let recorder = CountingRecorder::default();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    metrics::with_local_recorder(&recorder, || {
+        rt.block_on(async {
+            let mut server = RedisServer::start();
+            let store = RedisStore::standalone(server.url())
+                .connect()
+                .await
+                .unwrap();
+            let limiter = RedisRateLimiter::new(store, Quota::per_second(10).unwrap()).unwrap();
+            assert!(check(&limiter, b"k").await.degraded.is_none());
+            server.kill();
+            for _ in 0..3 {
+                assert_eq!(
+                    check(&limiter, b"k").await.degraded,
+                    Some(Degradation::FailOpen)
+                );
+            }
+        })
+    });
+    let counts = recorder.counts.lock().unwrap();
+    let counted = counts
+        .get("flowguard_redis_degraded_total{policy=fail_open,topology=standalone}")
+        .map(|c| c.load(Ordering::Relaxed));
+    assert_eq!(counted, Some(3), "{:?}", counts.keys().collect::<Vec<_>>());
 }

@@ -18,8 +18,10 @@ const RUN_FOR: Duration = Duration::from_secs(3);
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn many_instances_share_one_quota() {
     let server = RedisServer::start();
-    // T = 5 ms, B = 20: 200/s, far below what 128 busy callers ask for.
-    let quota = RedisQuota::new(Quota::per_second(200).unwrap().with_burst(20).unwrap()).unwrap();
+    // T = 5 ms: 200/s, far below what 128 busy callers ask for. B = 200 (a one-second window): a
+    // stall of the shared test machine shorter than that loses no tokens, so the 95% floor measures
+    // the store, not the scheduler.
+    let quota = RedisQuota::new(Quota::per_second(200).unwrap().with_burst(200).unwrap()).unwrap();
     let interval_us = quota.gcra().interval_ticks();
     let burst = u64::from(quota.gcra().burst());
     let mut tasks = Vec::new();

@@ -41,6 +41,7 @@ pub struct RedisServer {
     pub port: u16,
     dir: PathBuf,
     extra: Vec<String>,
+    tls: bool,
 }
 
 impl RedisServer {
@@ -50,32 +51,81 @@ impl RedisServer {
 
     /// Starts a server with extra `--option value` arguments.
     pub fn start_with(extra: &[&str]) -> RedisServer {
+        RedisServer::launch(extra, false, |_| {})
+    }
+
+    /// Starts a server that only speaks TLS, with a fresh self-signed certificate for 127.0.0.1.
+    pub fn start_tls() -> RedisServer {
+        let extra = [
+            "--tls-cert-file",
+            "cert.pem",
+            "--tls-key-file",
+            "key.pem",
+            "--tls-ca-cert-file",
+            "cert.pem",
+            "--tls-auth-clients",
+            "no",
+        ];
+        RedisServer::launch(&extra, true, |dir| {
+            let status = Command::new("openssl")
+                .args([
+                    "req",
+                    "-x509",
+                    "-newkey",
+                    "rsa:2048",
+                    "-nodes",
+                    "-days",
+                    "1",
+                    "-subj",
+                    "/CN=localhost",
+                ])
+                .args([
+                    "-addext",
+                    "subjectAltName=IP:127.0.0.1",
+                    "-keyout",
+                    "key.pem",
+                    "-out",
+                    "cert.pem",
+                ])
+                .current_dir(dir)
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status()
+                .expect("openssl must be installed");
+            assert!(status.success(), "openssl could not create a certificate");
+        })
+    }
+
+    /// Creates the server's directory, prepares it, and starts the server.
+    fn launch(extra: &[&str], tls: bool, prepare: impl FnOnce(&std::path::Path)) -> RedisServer {
         let port = free_port();
         let dir =
             std::env::temp_dir().join(format!("flowguard-redis-{}-{port}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
+        prepare(&dir);
+        let extra = extra.iter().map(|s| s.to_string()).collect();
         let mut server = RedisServer {
             child: None,
             port,
             dir,
-            extra: extra.iter().map(|s| s.to_string()).collect(),
+            extra,
+            tls,
         };
         server.spawn();
         server
     }
 
     fn spawn(&mut self) {
+        let port = self.port.to_string();
+        let ports: &[&str] = if self.tls {
+            &["--port", "0", "--tls-port", &port]
+        } else {
+            &["--port", &port]
+        };
         let child = Command::new("redis-server")
-            .args([
-                "--port",
-                &self.port.to_string(),
-                "--bind",
-                "127.0.0.1",
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-            ])
+            .args(ports)
+            .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+            .current_dir(&self.dir)
             .args([
                 "--dir",
                 self.dir.to_str().unwrap(),
@@ -93,11 +143,15 @@ impl RedisServer {
         self.wait_ready();
     }
 
-    /// Polls until the server answers a PING (any reply, e.g. NOAUTH, means it is serving).
+    /// Polls until the server answers a PING (any reply, e.g. NOAUTH, means it is serving); a TLS
+    /// server until it accepts connections.
     fn wait_ready(&mut self) {
         let deadline = Instant::now() + READY_WITHIN;
         loop {
             if let Ok(mut s) = TcpStream::connect(("127.0.0.1", self.port)) {
+                if self.tls {
+                    return;
+                }
                 let _ = s.set_read_timeout(Some(Duration::from_millis(500)));
                 let mut buf = [0u8; 64];
                 if s.write_all(b"PING\r\n").is_ok()

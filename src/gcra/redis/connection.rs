@@ -70,11 +70,32 @@ impl Connection {
                 }
             }
         };
-        match tokio::time::timeout(connect_timeout, connecting).await {
+        let verified = async {
+            let conn = connecting.await?;
+            conn.verify_auth().await?;
+            Ok(conn)
+        };
+        match tokio::time::timeout(connect_timeout, verified).await {
             Ok(result) => result,
             Err(_) => Err(RedisStoreError::Connect {
                 reason: format!("no connection within {connect_timeout:?}"),
             }),
+        }
+    }
+
+    /// A server that requires a password accepts the connection of a client that sends none and
+    /// answers `NOAUTH` to every command: find out now, not at the first check. A restricted ACL user
+    /// may lack `PING` (`NOPERM`), which proves it is authenticated.
+    async fn verify_auth(&self) -> Result<(), RedisStoreError> {
+        match self.query::<()>(&::redis::cmd("PING")).await {
+            Err(e) if is_auth_error(&e) => Err(RedisStoreError::AuthFailed {
+                reason: e.to_string(),
+            }),
+            Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoPerm) => Ok(()),
+            Err(e) => Err(RedisStoreError::Connect {
+                reason: e.to_string(),
+            }),
+            Ok(()) => Ok(()),
         }
     }
 
@@ -125,7 +146,5 @@ fn connect_error(e: RedisError) -> RedisStoreError {
 
 /// Whether the server refused the credentials (`WRONGPASS`, `NOAUTH`, or a failed `AUTH`).
 pub(crate) fn is_auth_error(e: &RedisError) -> bool {
-    e.kind() == ErrorKind::AuthenticationFailed
-        || matches!(e.code(), Some("WRONGPASS" | "NOAUTH"))
-        || e.kind() == ErrorKind::Server(ServerErrorKind::NoPerm) && e.to_string().contains("AUTH")
+    e.kind() == ErrorKind::AuthenticationFailed || matches!(e.code(), Some("WRONGPASS" | "NOAUTH"))
 }
