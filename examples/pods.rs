@@ -93,7 +93,7 @@ fn parse_args() -> Result<Args, String> {
         Some("one-tier") => false,
         Some(other) => return Err(format!("--mode {other}: use one-tier or two-tier\n{USAGE}")),
     };
-    if a.pods == 0 || a.tasks == 0 || !(a.seconds > 0.0) {
+    if a.pods == 0 || a.tasks == 0 || a.seconds.is_nan() || a.seconds <= 0.0 {
         return Err(format!(
             "--pods, --tasks and --seconds must be positive\n{USAGE}"
         ));
