@@ -252,6 +252,9 @@ impl RedisStore {
         let store_key = inner.keys.key(key);
         let group = inner.circuit.group(&store_key);
         if inner.circuit.gate(group) == Gate::Open {
+            // Answered without I/O: spend cooperative budget so a caller looping on checks still
+            // yields, and the task awaiting the probe's reply gets to run.
+            tokio::task::coop::consume_budget().await;
             return Err(GcraError::StoreUnavailable {
                 reason: format!(
                     "Redis failed to answer recently; it is probed again every {:?}",
