@@ -316,3 +316,22 @@ fn degraded_decisions_are_counted() {
         .map(|c| c.load(Ordering::Relaxed));
     assert_eq!(counted, Some(3), "{:?}", counts.keys().collect::<Vec<_>>());
 }
+
+#[tokio::test]
+async fn a_lazy_store_starts_while_redis_is_down_and_picks_it_up() {
+    let mut server = RedisServer::start();
+    server.kill();
+    let store = RedisStore::standalone(server.url())
+        .failure_policy(FailurePolicy::FailClosed)
+        .connect_lazy()
+        .await
+        .expect("no server needed to build a lazy store");
+    let limiter = RedisRateLimiter::new(store, Quota::per_second(10).unwrap()).unwrap();
+    assert_eq!(
+        check(&limiter, b"k").await.degraded,
+        Some(Degradation::FailClosed)
+    );
+    server.restart();
+    let d = until_recovered(&limiter).await;
+    assert!(d.allowed);
+}

@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use ::redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use ::redis::cluster::ClusterClientBuilder;
+use ::redis::cluster::{ClusterClientBuilder, ClusterConfig};
 use ::redis::cluster_async::ClusterConnection;
 use ::redis::{ErrorKind, FromRedisValue, RedisError, RedisResult, ServerErrorKind};
 
@@ -25,61 +25,63 @@ pub(crate) enum Connection {
 }
 
 impl Connection {
-    /// Connects, waiting at most `connect_timeout` (per attempt; the first connection is not retried).
+    /// Connects, waiting at most `connect_timeout`, and checks the credentials.
     pub(crate) async fn open(
         target: &Target,
         connect_timeout: Duration,
     ) -> Result<Connection, RedisStoreError> {
-        let urls: &[String] = match target {
-            Target::Standalone(url) => std::slice::from_ref(url),
-            Target::Cluster(urls) => urls,
-        };
-        if urls.is_empty() {
-            return Err(RedisStoreError::NoClusterNodes);
-        }
-        for url in urls {
-            check_scheme(url)?;
-        }
         let connecting = async {
-            match target {
-                Target::Standalone(url) => {
-                    let client = ::redis::Client::open(url.as_str()).map_err(invalid_url)?;
-                    // Reconnect quickly: a failed attempt is retried once after 10-100 ms, then the next
-                    // call starts a new attempt. Calls are bounded by the store's own timeout anyway.
-                    let config = ConnectionManagerConfig::new()
-                        .set_connection_timeout(Some(connect_timeout))
-                        .set_response_timeout(None)
-                        .set_number_of_retries(1)
-                        .set_min_delay(Duration::from_millis(10))
-                        .set_max_delay(Duration::from_millis(100));
-                    let manager = ConnectionManager::new_with_config(client, config)
+            let conn = match Clients::new(target, connect_timeout)? {
+                Clients::Standalone(client, config) => Connection::Standalone(
+                    ConnectionManager::new_with_config(client, config)
                         .await
-                        .map_err(connect_error)?;
-                    Ok(Connection::Standalone(manager))
+                        .map_err(connect_error)?,
+                ),
+                Clients::Cluster(client) => {
+                    Connection::Cluster(client.get_async_connection().await.map_err(connect_error)?)
                 }
-                Target::Cluster(urls) => {
-                    let client = ClusterClientBuilder::new(urls.iter().map(String::as_str))
-                        .connection_timeout(connect_timeout)
-                        .retries(3)
-                        .min_retry_wait(10)
-                        .max_retry_wait(200)
-                        .build()
-                        .map_err(invalid_url)?;
-                    let conn = client.get_async_connection().await.map_err(connect_error)?;
-                    Ok(Connection::Cluster(conn))
-                }
-            }
-        };
-        let verified = async {
-            let conn = connecting.await?;
+            };
             conn.verify_auth().await?;
             Ok(conn)
         };
-        match tokio::time::timeout(connect_timeout, verified).await {
+        match tokio::time::timeout(connect_timeout, connecting).await {
             Ok(result) => result,
             Err(_) => Err(RedisStoreError::Connect {
                 reason: format!("no connection within {connect_timeout:?}"),
             }),
+        }
+    }
+
+    /// A connection that is established on first use: configuration errors are reported now,
+    /// an unreachable server or refused credentials by the first checks.
+    pub(crate) fn open_lazy(
+        target: &Target,
+        connect_timeout: Duration,
+    ) -> Result<Connection, RedisStoreError> {
+        Ok(match Clients::new(target, connect_timeout)? {
+            Clients::Standalone(client, config) => Connection::Standalone(
+                ConnectionManager::new_lazy_with_config(client, config).map_err(connect_error)?,
+            ),
+            Clients::Cluster(client) => {
+                Connection::Cluster(client.get_pending_async_connection_with_config(
+                    ClusterConfig::new().set_connection_timeout(connect_timeout),
+                ))
+            }
+        })
+    }
+
+    /// Sends one command and reads its reply.
+    pub(crate) async fn query<T: FromRedisValue>(&self, cmd: &::redis::Cmd) -> RedisResult<T> {
+        match self {
+            Connection::Standalone(c) => cmd.query_async(&mut c.clone()).await,
+            Connection::Cluster(c) => cmd.query_async(&mut c.clone()).await,
+        }
+    }
+
+    pub(crate) fn topology(&self) -> &'static str {
+        match self {
+            Connection::Standalone(_) => "standalone",
+            Connection::Cluster(_) => "cluster",
         }
     }
 
@@ -98,19 +100,46 @@ impl Connection {
             Ok(()) => Ok(()),
         }
     }
+}
 
-    /// Sends one command and reads its reply.
-    pub(crate) async fn query<T: FromRedisValue>(&self, cmd: &::redis::Cmd) -> RedisResult<T> {
-        match self {
-            Connection::Standalone(c) => cmd.query_async(&mut c.clone()).await,
-            Connection::Cluster(c) => cmd.query_async(&mut c.clone()).await,
-        }
-    }
+/// Validated clients, not yet connected.
+enum Clients {
+    Standalone(::redis::Client, ConnectionManagerConfig),
+    Cluster(::redis::cluster::ClusterClient),
+}
 
-    pub(crate) fn topology(&self) -> &'static str {
-        match self {
-            Connection::Standalone(_) => "standalone",
-            Connection::Cluster(_) => "cluster",
+impl Clients {
+    fn new(target: &Target, connect_timeout: Duration) -> Result<Clients, RedisStoreError> {
+        match target {
+            Target::Standalone(url) => {
+                check_scheme(url)?;
+                let client = ::redis::Client::open(url.as_str()).map_err(invalid_url)?;
+                // Reconnect quickly: a failed attempt is retried once after 10-100 ms, then the next
+                // call starts a new attempt. Calls are bounded by the store's own timeout anyway.
+                let config = ConnectionManagerConfig::new()
+                    .set_connection_timeout(Some(connect_timeout))
+                    .set_response_timeout(None)
+                    .set_number_of_retries(1)
+                    .set_min_delay(Duration::from_millis(10))
+                    .set_max_delay(Duration::from_millis(100));
+                Ok(Clients::Standalone(client, config))
+            }
+            Target::Cluster(urls) => {
+                if urls.is_empty() {
+                    return Err(RedisStoreError::NoClusterNodes);
+                }
+                for url in urls {
+                    check_scheme(url)?;
+                }
+                let client = ClusterClientBuilder::new(urls.iter().map(String::as_str))
+                    .connection_timeout(connect_timeout)
+                    .retries(3)
+                    .min_retry_wait(10)
+                    .max_retry_wait(200)
+                    .build()
+                    .map_err(invalid_url)?;
+                Ok(Clients::Cluster(client))
+            }
         }
     }
 }

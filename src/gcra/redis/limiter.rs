@@ -83,8 +83,9 @@ impl RedisRateLimiter {
         }
     }
 
-    /// The decision of the failure policy, reported.
-    fn degrade(&self, key: &[u8], cost: u32, reason: &str) -> Decision {
+    /// The decision of the failure policy for a check the store could not answer (`reason`),
+    /// counted and logged. Crate-visible so the two-tier reservoir can apply the same policy.
+    pub(crate) fn degrade(&self, key: &[u8], cost: u32, reason: &str) -> Decision {
         let policy = self.store.failure_policy();
         self.store.report_degraded(policy.label(), reason);
         let gcra = self.quota.gcra();

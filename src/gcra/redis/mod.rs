@@ -12,10 +12,13 @@
 //! * [`RedisQuota`]: a quota validated for the store's resolution and range.
 //! * Keys: see [`key`] for prefixing, length bounds and Redis Cluster hash tags.
 //!
-//! Degraded decisions (Redis slow, down, failing over) are counted in the
-//! [`DEGRADED_METRIC`] counter (`flowguard_redis_degraded_total{policy,topology}`) and logged with
-//! `tracing::warn!` at most once per second per store; the store is probed every
-//! [`DEFAULT_PROBE_INTERVAL`] and the first answer ends the degradation.
+//! Every call is bounded by the store's timeout ([`DEFAULT_TIMEOUT`], 50 ms). Degraded decisions
+//! (Redis slow, down, failing over) are counted in the [`DEGRADED_METRIC`] counter
+//! (`flowguard_redis_degraded_total{policy,topology}`) and logged with `tracing::warn!` at most once
+//! per second per store. After a failure the store is skipped (policy answers at once) and probed
+//! every [`DEFAULT_PROBE_INTERVAL`]; the first answer ends the degradation. A cluster store keeps
+//! one such circuit per group of 256 slots, so a master failing over only degrades its own keys.
+//! [`RedisStoreBuilder::connect_lazy`] lets a service start while Redis is down.
 //!
 //! An ACL user needs exactly `+evalsha +eval +get +set +time` (the last three are called by the
 //! script) and the prefix's keys, e.g.

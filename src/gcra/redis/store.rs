@@ -197,19 +197,37 @@ impl RedisStoreBuilder {
     /// Validates the configuration and connects. Fails with a typed error on a bad URL, refused
     /// credentials ([`RedisStoreError::AuthFailed`]), or an unreachable server.
     pub async fn connect(self) -> Result<RedisStore, RedisStoreError> {
+        let keys = self.validate()?;
+        let conn = Connection::open(&self.target, self.connect_timeout).await?;
+        Ok(self.with_connection(keys, conn))
+    }
+
+    /// Validates the configuration and returns at once; the connection is established in the
+    /// background on first use. Until Redis answers, checks are decided by the failure policy,
+    /// so a service can start while Redis is down. An unreachable server or refused credentials
+    /// show up in the first checks (degraded, or [`GcraError::StoreRejected`]), not here.
+    pub async fn connect_lazy(self) -> Result<RedisStore, RedisStoreError> {
+        let keys = self.validate()?;
+        let conn = Connection::open_lazy(&self.target, self.connect_timeout)?;
+        Ok(self.with_connection(keys, conn))
+    }
+
+    fn validate(&self) -> Result<KeySpace, RedisStoreError> {
         if self.timeout.is_zero() || self.connect_timeout.is_zero() || self.probe_interval.is_zero()
         {
             return Err(RedisStoreError::ZeroTimeout);
         }
         self.policy.validate()?;
-        let keys = KeySpace::new(self.prefix)?;
-        let conn = Connection::open(&self.target, self.connect_timeout).await?;
+        KeySpace::new(self.prefix.clone())
+    }
+
+    fn with_connection(self, keys: KeySpace, conn: Connection) -> RedisStore {
         let log = OutageLog::new(conn.topology());
         let circuit = match conn {
             Connection::Standalone(_) => Circuit::single(self.probe_interval),
             Connection::Cluster(_) => Circuit::per_slot_group(self.probe_interval),
         };
-        Ok(RedisStore {
+        RedisStore {
             inner: Arc::new(Inner {
                 conn,
                 keys,
@@ -219,7 +237,7 @@ impl RedisStoreBuilder {
                 circuit,
                 log,
             }),
-        })
+        }
     }
 }
 
@@ -267,6 +285,9 @@ impl RedisStore {
         let store_key = inner.keys.key(key);
         let group = inner.circuit.group(&store_key);
         if inner.circuit.gate(group) == Gate::Open {
+            // Answered without I/O: spend cooperative budget so a caller looping on checks still
+            // yields, and the task awaiting the probe's reply gets to run.
+            tokio::task::coop::consume_budget().await;
             return Err(GcraError::StoreUnavailable {
                 reason: format!(
                     "Redis failed to answer recently; it is probed again every {:?}",
