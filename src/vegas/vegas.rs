@@ -1,32 +1,4 @@
 //! The Vegas limit algorithm: keep a small, bounded queue at the dependency.
-//!
-//! `queue = limit * (1 - rtt_base / rtt)` estimates how many calls are waiting at the dependency
-//! rather than being served. Below `alpha` the limit grows, above `beta` it shrinks, in between
-//! it holds. What this implementation adds to the textbook rule, each against a known failure of
-//! existing implementations:
-//!
-//! - **Robust baseline.** Samples are judged in windows (at least `baseline_window` successful
-//!   samples, or half the limit if larger). `rtt` is the window's low percentile and `rtt_base`
-//!   the lowest window low seen (see `baseline.rs`): one lucky 1 us sample, or a burst of fast
-//!   failures (dropped calls never feed it), cannot poison it, and service-time jitter does not
-//!   read as a queue.
-//! - **Re-learning without adopting a loaded sample.** The baseline is re-learned periodically,
-//!   and at once when the queue estimate stays above `beta` for `stale_rounds` rounds despite
-//!   cuts (the sign of a stale, too-low baseline after the dependency got slower). A probe lowers
-//!   the limit to `probe_ratio * limit`, skips one round, and takes the low percentile of samples
-//!   granted with at most that many calls in flight: samples at reduced concurrency, never one
-//!   loaded sample. If their RTT did not fall with the concurrency, the congestion was a stale
-//!   baseline, and the cuts it caused are undone. A window much faster than the baseline (the
-//!   dependency sped up) also starts a probe, because the windows after it are loaded by the
-//!   limit that suited the slower dependency.
-//! - **Multiplicative cuts on drops**, at most once per round of calls, so a real overload halves
-//!   the load at once while a burst of fast failures costs one cut, not a collapse.
-//! - **Growth only when used**: only windows whose calls were granted with, on average,
-//!   `in_flight >= limit / 2` grow the limit.
-//! - **Per-round steps.** A window of `n` samples moves the limit by
-//!   `smoothing * step * n / in_flight`, about `smoothing * step` per round trip, where `step`
-//!   aims the queue at the middle of `[alpha, beta]`; with no queue at all the limit grows by at
-//!   least `growth_ratio` of itself per round (less as the queue nears `alpha`).
 
 use super::algorithm::{LimitAlgorithm, LimitBounds, Outcome, Sample, duration_nanos};
 use super::baseline::{Baseline, SampleWindow, WindowSummary, low_percentile};
@@ -167,7 +139,35 @@ enum Phase {
 }
 
 /// Vegas: grows or shrinks the limit to keep between `alpha` and `beta` calls queued at the
-/// dependency, with a robust baseline (see the [module docs](self)).
+/// dependency.
+///
+/// `queue = limit * (1 - rtt_base / rtt)` estimates how many calls are waiting at the dependency
+/// rather than being served. Below `alpha` the limit grows, above `beta` it shrinks, in between
+/// it holds. What this implementation adds to the textbook rule, each against a known failure of
+/// existing implementations:
+///
+/// - **Robust baseline.** Samples are judged in windows (at least `baseline_window` successful
+///   samples, or half the limit if larger). `rtt` is the window's low percentile and `rtt_base`
+///   the lowest window low seen (see `baseline.rs`): one lucky 1 us sample, or a burst of fast
+///   failures (dropped calls never feed it), cannot poison it, and service-time jitter does not
+///   read as a queue.
+/// - **Re-learning without adopting a loaded sample.** The baseline is re-learned periodically,
+///   and at once when the queue estimate stays above `beta` for `stale_rounds` rounds despite
+///   cuts (the sign of a stale, too-low baseline after the dependency got slower). A probe lowers
+///   the limit to `probe_ratio * limit`, skips one round, and takes the low percentile of samples
+///   granted with at most that many calls in flight: samples at reduced concurrency, never one
+///   loaded sample. If their RTT did not fall with the concurrency, the congestion was a stale
+///   baseline, and the cuts it caused are undone. A window much faster than the baseline (the
+///   dependency sped up) also starts a probe, because the windows after it are loaded by the
+///   limit that suited the slower dependency.
+/// - **Multiplicative cuts on drops**, at most once per round of calls, so a real overload halves
+///   the load at once while a burst of fast failures costs one cut, not a collapse.
+/// - **Growth only when used**: only windows whose calls were granted with, on average,
+///   `in_flight >= limit / 2` grow the limit.
+/// - **Per-round steps.** A window of `n` samples moves the limit by
+///   `smoothing * step * n / in_flight`, about `smoothing * step` per round trip, where `step`
+///   aims the queue at the middle of `[alpha, beta]`; with no queue at all the limit grows by at
+///   least `growth_ratio` of itself per round (less as the queue nears `alpha`).
 ///
 /// ```
 /// use flowguard::vegas::{LimitAlgorithm, Outcome, Sample, Vegas, VegasConfig};
