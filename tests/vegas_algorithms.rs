@@ -120,7 +120,7 @@ fn sustained_drops_keep_cutting_round_after_round() {
 #[test]
 fn the_limit_only_grows_while_the_caller_uses_half_of_it() {
     let mut vegas = vegas();
-    // 100 rounds' worth (the first periodic probe comes after 200).
+    // 100 rounds' worth (the first periodic probe comes after 500).
     for _ in 0..1_000 {
         vegas.update(&sample(10_000, 4, Outcome::Success));
     }

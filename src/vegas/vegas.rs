@@ -26,7 +26,7 @@ pub struct VegasConfig {
     /// Minimum successful samples per window (windows hold at least half the limit), at least 4
     /// (default 16).
     pub baseline_window: usize,
-    /// Rounds (of `limit` samples) between periodic re-learning probes, at least 1 (default 200).
+    /// Rounds (of `limit` samples) between periodic re-learning probes, at least 1 (default 500).
     pub probe_interval: usize,
     /// The limit during a probe, as a share of the current limit, in `(0, 1)` (default 0.75).
     pub probe_ratio: f64,
@@ -49,7 +49,7 @@ impl Default for VegasConfig {
             backoff_ratio: 0.5,
             growth_ratio: 0.25,
             baseline_window: 16,
-            probe_interval: 200,
+            probe_interval: 500,
             probe_ratio: 0.75,
             probe_samples: 16,
             stale_rounds: 4.0,
@@ -202,6 +202,8 @@ pub struct Vegas {
     cut_cooldown: usize,
     congested_rounds: f64,
     limit_before_congestion: f64,
+    /// No queue or drop seen yet: grow by the whole limit per round, like TCP slow start.
+    slow_start: bool,
 }
 
 impl Vegas {
@@ -220,6 +222,7 @@ impl Vegas {
             cut_cooldown: 0,
             congested_rounds: 0.0,
             limit_before_congestion: config.bounds.initial() as f64,
+            slow_start: true,
             config,
         })
     }
@@ -281,6 +284,7 @@ impl Vegas {
     }
 
     fn on_drop(&mut self) {
+        self.slow_start = false;
         self.congested_rounds = 0.0;
         if let Phase::Probing { restore, .. } = self.phase {
             self.end_probe(restore, None);
@@ -363,17 +367,24 @@ impl Vegas {
             if used {
                 // Far below alpha, grow by a share of the limit; near alpha, by what is missing.
                 let headroom = (alpha - queue) / alpha;
-                (target - queue).max(limit * self.config.growth_ratio * headroom)
+                let growth = if self.slow_start {
+                    1.0
+                } else {
+                    self.config.growth_ratio
+                };
+                (target - queue).max(limit * growth * headroom)
             } else {
                 0.0
             }
         } else if queue > beta {
+            self.slow_start = false;
             if self.congested_rounds == 0.0 {
                 self.limit_before_congestion = limit;
             }
             self.congested_rounds += rounds;
             target - queue
         } else {
+            self.slow_start = false;
             self.congested_rounds = 0.0;
             0.0
         };
