@@ -167,7 +167,8 @@ enum Phase {
 /// - **Per-round steps.** A window of `n` samples moves the limit by
 ///   `smoothing * step * n / in_flight`, about `smoothing * step` per round trip, where `step`
 ///   aims the queue at the middle of `[alpha, beta]`; with no queue at all the limit grows by at
-///   least `growth_ratio` of itself per round (less as the queue nears `alpha`).
+///   least `growth_ratio` of itself per round (less as the queue nears `alpha`). Until the first
+///   queue or drop is seen it grows by up to the whole limit per round (slow start).
 ///
 /// ```
 /// use flowguard::vegas::{LimitAlgorithm, Outcome, Sample, Vegas, VegasConfig};
