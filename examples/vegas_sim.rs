@@ -514,3 +514,47 @@ fn main() -> Result<(), Box<dyn Error>> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The targets, on a shortened run (`cargo test --example vegas_sim`).
+    #[test]
+    fn vegas_meets_its_targets_and_keeps_latency_below_aimd_and_gradient() {
+        let scenario = Scenario {
+            slowdown_at: Duration::from_secs(8),
+            recovery_at: Duration::from_secs(16),
+            end: Duration::from_secs(24),
+            ..Scenario::standard(11, 50)
+        };
+        let reports: Vec<Report> = algorithms(&scenario)
+            .unwrap()
+            .into_iter()
+            .map(|algorithm| simulate(&scenario, algorithm).unwrap())
+            .collect();
+        let by_name = |name: &str| reports.iter().find(|r| r.name == name).unwrap();
+        let vegas = by_name("vegas");
+        assert!(
+            vegas.goodput_ratio >= 0.95,
+            "goodput {}",
+            vegas.goodput_ratio
+        );
+        assert!(
+            vegas.p99_latency_ratio <= 2.0,
+            "p99 {}",
+            vegas.p99_latency_ratio
+        );
+        assert!(
+            vegas
+                .reconverge_each_s
+                .iter()
+                .all(|s| s.is_some_and(|s| s <= 2.0)),
+            "{:?}",
+            vegas.reconverge_each_s
+        );
+        for other in ["aimd", "gradient"] {
+            assert!(vegas.p99_latency_ratio < by_name(other).p99_latency_ratio);
+        }
+    }
+}
