@@ -2,7 +2,8 @@
 //! tokio's semaphore, side by side in one process.
 //!
 //! `flowguard` / `tokio_semaphore` use `try_acquire`; the `_async` pair awaits `acquire`;
-//! `flowguard_manual_clock` isolates the limiter's own cost from the RTT clock reads.
+//! `flowguard_manual_clock` isolates the limiter's own cost from the RTT clock reads;
+//! `tokio_semaphore_owned` is tokio's `Arc`-holding permit, the closer peer of flowguard's.
 
 use std::hint::black_box;
 use std::time::Duration;
@@ -55,6 +56,18 @@ fn acquire_release(c: &mut Criterion) {
     group.bench_function("tokio_semaphore", |b| {
         b.iter(|| {
             let permit = semaphore.try_acquire().expect("uncontended");
+            black_box(&permit);
+            drop(permit);
+        })
+    });
+
+    // tokio's owned permit holds an `Arc` like flowguard's permit does.
+    let shared = std::sync::Arc::new(Semaphore::new(100));
+    group.bench_function("tokio_semaphore_owned", |b| {
+        b.iter(|| {
+            let permit = std::sync::Arc::clone(&shared)
+                .try_acquire_owned()
+                .expect("uncontended");
             black_box(&permit);
             drop(permit);
         })
