@@ -323,3 +323,23 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn a_small_dependency_gets_a_proportionally_small_queue() {
+    let small = Dependency {
+        slots: 8,
+        service_micros: 10_000,
+    };
+    // Start below the slots, as a caller ramping up does, so the first window is unloaded.
+    let mut vegas = Vegas::new(VegasConfig {
+        bounds: LimitBounds::new(1, 500, 4).unwrap(),
+        ..VegasConfig::default()
+    })
+    .unwrap();
+    small.drive(&mut vegas, 300);
+    // alpha and beta are capped at 10 % and 20 % of the limit: at most 2 calls queue, not 3..6.
+    for _ in 0..20 {
+        let limit = small.drive(&mut vegas, 1);
+        assert!((8..=10).contains(&limit), "limit {limit} for 8 slots");
+    }
+}

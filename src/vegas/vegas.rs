@@ -16,6 +16,9 @@ pub struct VegasConfig {
     /// Scale `alpha` and `beta` by `max(1, log10(limit))`, as the well-known Java implementation
     /// does, so large limits tolerate proportionally larger queues (default on).
     pub log10_scaling: bool,
+    /// Caps `beta` at this share of the limit and `alpha` at half of it, so small limits do not
+    /// tolerate a queue as long as themselves, in `(0, 1]` (default 0.2).
+    pub max_queue_share: f64,
     /// Share of the computed per-round step applied, in `(0, 1]` (default 0.5).
     pub smoothing: f64,
     /// Factor applied to the limit on a dropped call, in `(0, 1)` (default 0.5).
@@ -45,6 +48,7 @@ impl Default for VegasConfig {
             alpha: 3.0,
             beta: 6.0,
             log10_scaling: true,
+            max_queue_share: 0.2,
             smoothing: 0.5,
             backoff_ratio: 0.5,
             growth_ratio: 0.25,
@@ -251,7 +255,13 @@ impl Vegas {
         } else {
             1.0
         };
-        (self.config.alpha * scale, self.config.beta * scale)
+        // Never tolerate a queue above a share of the limit: 3..6 queued calls are a small delay
+        // in front of 100 slots but a large one in front of 10.
+        let cap = self.estimate * self.config.max_queue_share;
+        (
+            (self.config.alpha * scale).min(cap / 2.0),
+            (self.config.beta * scale).min(cap),
+        )
     }
 
     fn set_estimate(&mut self, value: f64) {
