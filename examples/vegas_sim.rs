@@ -13,7 +13,9 @@
 //!   queueing; the unloaded latency of a call is its service time);
 //! - `reconverge_s`: seconds after each change (slowdown, recovery) until goodput >= 90 % and
 //!   p99 ratio <= 2 hold for one second of 250 ms windows (`null` if never within the phase);
-//!   the JSON field `reconverge_s` is the worse of the two, `reconverge_each_s` lists both.
+//!   the JSON field `reconverge_s` is the worse of the two, `reconverge_each_s` lists both;
+//! - `limit_settle_each_s`: seconds after each change until the limit stays (for one second)
+//!   within 15 % of where it ends the phase, whether or not that level is healthy.
 //!
 //! ```text
 //! cargo run --release --example vegas_sim -- [--json] [--plot DIR] [--seed N] [--slots N]
@@ -127,6 +129,7 @@ struct Report {
     goodput_ratio: f64,
     p99_latency_ratio: f64,
     reconverge_each_s: Vec<Option<f64>>,
+    limit_settle_each_s: Vec<Option<f64>>,
     shed: u64,
     dropped: u64,
     windows: Vec<Window>,
@@ -244,11 +247,17 @@ fn simulate(scenario: &Scenario, algorithm: impl LimitAlgorithm) -> Result<Repor
         .iter()
         .map(|&(from, until)| reconverge(scenario, &mut windows, from, until))
         .collect();
+    let limit_settle_each_s = scenario
+        .changes()
+        .iter()
+        .map(|&(from, until)| limit_settle(&windows, from, until))
+        .collect();
     Ok(Report {
         name,
         goodput_ratio: successes as f64 / capacity,
         p99_latency_ratio: Window::p99(&mut ratios).unwrap_or(f64::NAN),
         reconverge_each_s,
+        limit_settle_each_s,
         shed,
         dropped,
         windows,
@@ -275,6 +284,26 @@ fn reconverge(scenario: &Scenario, windows: &mut [Window], from: u64, until: u64
         .windows(needed)
         .position(|run| run.iter().all(|&ok| ok))?;
     Some(((first + run_start) as u64 * window_nanos - from) as f64 / 1e9)
+}
+
+/// Seconds from `from` until one second of windows whose mean limit is within 15 % of the mean
+/// over the phase's last 5 seconds.
+fn limit_settle(windows: &[Window], from: u64, until: u64) -> Option<f64> {
+    let window_nanos = nanos(WINDOW);
+    let needed = (1_000_000_000 / window_nanos) as usize;
+    let first = from.div_ceil(window_nanos) as usize;
+    let last = (until / window_nanos) as usize;
+    let mean_limit = |w: &Window| w.limit_sum / w.observations.max(1) as f64;
+    let tail = &windows[last.saturating_sub(20).max(first)..last];
+    let target = tail.iter().map(mean_limit).sum::<f64>() / tail.len().max(1) as f64;
+    let settled: Vec<bool> = windows[first..last]
+        .iter()
+        .map(|w| (mean_limit(w) - target).abs() <= 0.15 * target)
+        .collect();
+    let run_start = settled
+        .windows(needed)
+        .position(|run| run.iter().all(|&ok| ok))?;
+    Some((((first + run_start) as u64 * window_nanos).saturating_sub(from)) as f64 / 1e9)
 }
 
 fn algorithms(scenario: &Scenario) -> Result<Vec<Box<dyn LimitAlgorithm>>, Box<dyn Error>> {
@@ -388,11 +417,11 @@ fn json(reports: &[Report]) -> String {
     let algorithms: Vec<_> = reports
         .iter()
         .map(|r| {
-            let each: Vec<_> = r
-                .reconverge_each_s
-                .iter()
-                .map(|s| s.map_or(serde_json::Value::Null, number))
-                .collect();
+            let seconds = |each: &[Option<f64>]| -> Vec<_> {
+                each.iter()
+                    .map(|s| s.map_or(serde_json::Value::Null, number))
+                    .collect()
+            };
             let worst = r
                 .reconverge_each_s
                 .iter()
@@ -402,7 +431,8 @@ fn json(reports: &[Report]) -> String {
                 "goodput_ratio": number(r.goodput_ratio),
                 "p99_latency_ratio": number(r.p99_latency_ratio),
                 "reconverge_s": worst.map_or(serde_json::Value::Null, number),
-                "reconverge_each_s": each,
+                "reconverge_each_s": seconds(&r.reconverge_each_s),
+                "limit_settle_each_s": seconds(&r.limit_settle_each_s),
             })
         })
         .collect();
@@ -448,21 +478,29 @@ fn main() -> Result<(), Box<dyn Error>> {
         reports.push(simulate(&scenario, algorithm)?);
     }
     println!(
-        "{:<9} {:>8} {:>9} {:>22} {:>9} {:>9}",
-        "algorithm", "goodput", "p99 ratio", "reconverge s (slow/rec)", "shed", "dropped"
+        "{:<9} {:>8} {:>9} {:>24} {:>24} {:>9} {:>9}",
+        "algorithm",
+        "goodput",
+        "p99 ratio",
+        "reconverge s (slow/rec)",
+        "limit settle s (slow/rec)",
+        "shed",
+        "dropped"
     );
-    for r in &reports {
-        let each: Vec<String> = r
-            .reconverge_each_s
-            .iter()
+    let seconds = |each: &[Option<f64>]| -> String {
+        each.iter()
             .map(|s| s.map_or("never".to_owned(), |s| format!("{s:.2}")))
-            .collect();
+            .collect::<Vec<_>>()
+            .join(" / ")
+    };
+    for r in &reports {
         println!(
-            "{:<9} {:>8.3} {:>9.2} {:>22} {:>9} {:>9}",
+            "{:<9} {:>8.3} {:>9.2} {:>24} {:>24} {:>9} {:>9}",
             r.name,
             r.goodput_ratio,
             r.p99_latency_ratio,
-            each.join(" / "),
+            seconds(&r.reconverge_each_s),
+            seconds(&r.limit_settle_each_s),
             r.shed,
             r.dropped
         );
@@ -475,4 +513,48 @@ fn main() -> Result<(), Box<dyn Error>> {
         println!("{}", json(&reports));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The issue's targets, on a shortened run (`cargo test --example vegas_sim`).
+    #[test]
+    fn vegas_meets_its_targets_and_keeps_latency_below_aimd_and_gradient() {
+        let scenario = Scenario {
+            slowdown_at: Duration::from_secs(8),
+            recovery_at: Duration::from_secs(16),
+            end: Duration::from_secs(24),
+            ..Scenario::standard(11, 50)
+        };
+        let reports: Vec<Report> = algorithms(&scenario)
+            .unwrap()
+            .into_iter()
+            .map(|algorithm| simulate(&scenario, algorithm).unwrap())
+            .collect();
+        let by_name = |name: &str| reports.iter().find(|r| r.name == name).unwrap();
+        let vegas = by_name("vegas");
+        assert!(
+            vegas.goodput_ratio >= 0.95,
+            "goodput {}",
+            vegas.goodput_ratio
+        );
+        assert!(
+            vegas.p99_latency_ratio <= 2.0,
+            "p99 {}",
+            vegas.p99_latency_ratio
+        );
+        assert!(
+            vegas
+                .reconverge_each_s
+                .iter()
+                .all(|s| s.is_some_and(|s| s <= 2.0)),
+            "{:?}",
+            vegas.reconverge_each_s
+        );
+        for other in ["aimd", "gradient"] {
+            assert!(vegas.p99_latency_ratio < by_name(other).p99_latency_ratio);
+        }
+    }
 }

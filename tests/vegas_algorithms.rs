@@ -120,7 +120,7 @@ fn sustained_drops_keep_cutting_round_after_round() {
 #[test]
 fn the_limit_only_grows_while_the_caller_uses_half_of_it() {
     let mut vegas = vegas();
-    // 100 rounds' worth (the first periodic probe comes after 200).
+    // 100 rounds' worth (the first periodic probe comes after 500).
     for _ in 0..1_000 {
         vegas.update(&sample(10_000, 4, Outcome::Success));
     }
@@ -321,5 +321,25 @@ proptest! {
             let limit = dependency.drive(&mut vegas, 1);
             prop_assert!((bounds.min()..=bounds.max()).contains(&limit));
         }
+    }
+}
+
+#[test]
+fn a_small_dependency_gets_a_proportionally_small_queue() {
+    let small = Dependency {
+        slots: 8,
+        service_micros: 10_000,
+    };
+    // Start below the slots, as a caller ramping up does, so the first window is unloaded.
+    let mut vegas = Vegas::new(VegasConfig {
+        bounds: LimitBounds::new(1, 500, 4).unwrap(),
+        ..VegasConfig::default()
+    })
+    .unwrap();
+    small.drive(&mut vegas, 300);
+    // alpha and beta are capped at 10 % and 20 % of the limit: at most 2 calls queue, not 3..6.
+    for _ in 0..20 {
+        let limit = small.drive(&mut vegas, 1);
+        assert!((8..=10).contains(&limit), "limit {limit} for 8 slots");
     }
 }

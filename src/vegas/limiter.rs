@@ -171,14 +171,8 @@ impl State {
                 .waiters
                 .iter()
                 .position(|w| self.partitions.below_guarantee(w.partition(), self.limit));
-            let Some(waiter) = below
-                .or(if self.waiters.is_empty() {
-                    None
-                } else {
-                    Some(0)
-                })
-                .and_then(|index| self.waiters.remove(index))
-            else {
+            let next = below.or_else(|| (!self.waiters.is_empty()).then_some(0));
+            let Some(waiter) = next.and_then(|index| self.waiters.remove(index)) else {
                 return;
             };
             let grant = self.grant(waiter.partition(), now_nanos);

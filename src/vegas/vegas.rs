@@ -1,32 +1,4 @@
 //! The Vegas limit algorithm: keep a small, bounded queue at the dependency.
-//!
-//! `queue = limit * (1 - rtt_base / rtt)` estimates how many calls are waiting at the dependency
-//! rather than being served. Below `alpha` the limit grows, above `beta` it shrinks, in between
-//! it holds. What this implementation adds to the textbook rule, each against a known failure of
-//! existing implementations:
-//!
-//! - **Robust baseline.** Samples are judged in windows (at least `baseline_window` successful
-//!   samples, or half the limit if larger). `rtt` is the window's low percentile and `rtt_base`
-//!   the lowest window low seen (see `baseline.rs`): one lucky 1 us sample, or a burst of fast
-//!   failures (dropped calls never feed it), cannot poison it, and service-time jitter does not
-//!   read as a queue.
-//! - **Re-learning without adopting a loaded sample.** The baseline is re-learned periodically,
-//!   and at once when the queue estimate stays above `beta` for `stale_rounds` rounds despite
-//!   cuts (the sign of a stale, too-low baseline after the dependency got slower). A probe lowers
-//!   the limit to `probe_ratio * limit`, skips one round, and takes the low percentile of samples
-//!   granted with at most that many calls in flight: samples at reduced concurrency, never one
-//!   loaded sample. If their RTT did not fall with the concurrency, the congestion was a stale
-//!   baseline, and the cuts it caused are undone. A window much faster than the baseline (the
-//!   dependency sped up) also starts a probe, because the windows after it are loaded by the
-//!   limit that suited the slower dependency.
-//! - **Multiplicative cuts on drops**, at most once per round of calls, so a real overload halves
-//!   the load at once while a burst of fast failures costs one cut, not a collapse.
-//! - **Growth only when used**: only windows whose calls were granted with, on average,
-//!   `in_flight >= limit / 2` grow the limit.
-//! - **Per-round steps.** A window of `n` samples moves the limit by
-//!   `smoothing * step * n / in_flight`, about `smoothing * step` per round trip, where `step`
-//!   aims the queue at the middle of `[alpha, beta]`; with no queue at all the limit grows by at
-//!   least `growth_ratio` of itself per round (less as the queue nears `alpha`).
 
 use super::algorithm::{LimitAlgorithm, LimitBounds, Outcome, Sample, duration_nanos};
 use super::baseline::{Baseline, SampleWindow, WindowSummary, low_percentile};
@@ -44,6 +16,9 @@ pub struct VegasConfig {
     /// Scale `alpha` and `beta` by `max(1, log10(limit))`, as the well-known Java implementation
     /// does, so large limits tolerate proportionally larger queues (default on).
     pub log10_scaling: bool,
+    /// Caps `beta` at this share of the limit and `alpha` at half of it, so small limits do not
+    /// tolerate a queue as long as themselves, in `(0, 1]` (default 0.2).
+    pub max_queue_share: f64,
     /// Share of the computed per-round step applied, in `(0, 1]` (default 0.5).
     pub smoothing: f64,
     /// Factor applied to the limit on a dropped call, in `(0, 1)` (default 0.5).
@@ -54,7 +29,7 @@ pub struct VegasConfig {
     /// Minimum successful samples per window (windows hold at least half the limit), at least 4
     /// (default 16).
     pub baseline_window: usize,
-    /// Rounds (of `limit` samples) between periodic re-learning probes, at least 1 (default 200).
+    /// Rounds (of `limit` samples) between periodic re-learning probes, at least 1 (default 500).
     pub probe_interval: usize,
     /// The limit during a probe, as a share of the current limit, in `(0, 1)` (default 0.75).
     pub probe_ratio: f64,
@@ -73,11 +48,12 @@ impl Default for VegasConfig {
             alpha: 3.0,
             beta: 6.0,
             log10_scaling: true,
+            max_queue_share: 0.2,
             smoothing: 0.5,
             backoff_ratio: 0.5,
             growth_ratio: 0.25,
             baseline_window: 16,
-            probe_interval: 200,
+            probe_interval: 500,
             probe_ratio: 0.75,
             probe_samples: 16,
             stale_rounds: 4.0,
@@ -167,7 +143,36 @@ enum Phase {
 }
 
 /// Vegas: grows or shrinks the limit to keep between `alpha` and `beta` calls queued at the
-/// dependency, with a robust baseline (see the [module docs](self)).
+/// dependency.
+///
+/// `queue = limit * (1 - rtt_base / rtt)` estimates how many calls are waiting at the dependency
+/// rather than being served. Below `alpha` the limit grows, above `beta` it shrinks, in between
+/// it holds. What this implementation adds to the textbook rule, each against a known failure of
+/// existing implementations:
+///
+/// - **Robust baseline.** Samples are judged in windows (at least `baseline_window` successful
+///   samples, or half the limit if larger). `rtt` is the window's low percentile and `rtt_base`
+///   the lowest window low seen (see `baseline.rs`): one lucky 1 us sample, or a burst of fast
+///   failures (dropped calls never feed it), cannot poison it, and service-time jitter does not
+///   read as a queue.
+/// - **Re-learning without adopting a loaded sample.** The baseline is re-learned periodically,
+///   and at once when the queue estimate stays above `beta` for `stale_rounds` rounds despite
+///   cuts (the sign of a stale, too-low baseline after the dependency got slower). A probe lowers
+///   the limit to `probe_ratio * limit`, skips one round, and takes the low percentile of samples
+///   granted with at most that many calls in flight: samples at reduced concurrency, never one
+///   loaded sample. If their RTT did not fall with the concurrency, the congestion was a stale
+///   baseline, and the cuts it caused are undone. A window much faster than the baseline (the
+///   dependency sped up) also starts a probe, because the windows after it are loaded by the
+///   limit that suited the slower dependency.
+/// - **Multiplicative cuts on drops**, at most once per round of calls, so a real overload halves
+///   the load at once while a burst of fast failures costs one cut, not a collapse.
+/// - **Growth only when used**: only windows whose calls were granted with, on average,
+///   `in_flight >= limit / 2` grow the limit.
+/// - **Per-round steps.** A window of `n` samples moves the limit by
+///   `smoothing * step * n / in_flight`, about `smoothing * step` per round trip, where `step`
+///   aims the queue at the middle of `[alpha, beta]`; with no queue at all the limit grows by at
+///   least `growth_ratio` of itself per round (less as the queue nears `alpha`). Until the first
+///   queue or drop is seen it grows by up to the whole limit per round (slow start).
 ///
 /// ```
 /// use flowguard::vegas::{LimitAlgorithm, Outcome, Sample, Vegas, VegasConfig};
@@ -202,6 +207,8 @@ pub struct Vegas {
     cut_cooldown: usize,
     congested_rounds: f64,
     limit_before_congestion: f64,
+    /// No queue or drop seen yet: grow by the whole limit per round, like TCP slow start.
+    slow_start: bool,
 }
 
 impl Vegas {
@@ -220,6 +227,7 @@ impl Vegas {
             cut_cooldown: 0,
             congested_rounds: 0.0,
             limit_before_congestion: config.bounds.initial() as f64,
+            slow_start: true,
             config,
         })
     }
@@ -247,7 +255,13 @@ impl Vegas {
         } else {
             1.0
         };
-        (self.config.alpha * scale, self.config.beta * scale)
+        // Never tolerate a queue above a share of the limit: 3..6 queued calls are a small delay
+        // in front of 100 slots but a large one in front of 10.
+        let cap = self.estimate * self.config.max_queue_share;
+        (
+            (self.config.alpha * scale).min(cap / 2.0),
+            (self.config.beta * scale).min(cap),
+        )
     }
 
     fn set_estimate(&mut self, value: f64) {
@@ -281,6 +295,7 @@ impl Vegas {
     }
 
     fn on_drop(&mut self) {
+        self.slow_start = false;
         self.congested_rounds = 0.0;
         if let Phase::Probing { restore, .. } = self.phase {
             self.end_probe(restore, None);
@@ -363,17 +378,24 @@ impl Vegas {
             if used {
                 // Far below alpha, grow by a share of the limit; near alpha, by what is missing.
                 let headroom = (alpha - queue) / alpha;
-                (target - queue).max(limit * self.config.growth_ratio * headroom)
+                let growth = if self.slow_start {
+                    1.0
+                } else {
+                    self.config.growth_ratio
+                };
+                (target - queue).max(limit * growth * headroom)
             } else {
                 0.0
             }
         } else if queue > beta {
+            self.slow_start = false;
             if self.congested_rounds == 0.0 {
                 self.limit_before_congestion = limit;
             }
             self.congested_rounds += rounds;
             target - queue
         } else {
+            self.slow_start = false;
             self.congested_rounds = 0.0;
             0.0
         };
