@@ -30,18 +30,15 @@ use super::quota::{Quota, QuotaError};
 /// assert_eq!(step.new_tat, Some(100_000_000));
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Gcra {
     interval: u64,
     window: u64,
     burst: u32,
     tick_ns: u64,
-    /// `1 / interval`, to divide by the interval with a multiplication (then corrected to exact).
-    inv_interval: f64,
+    /// `floor((2^64 - 1) / interval)`: divides by the interval with one widening multiplication.
+    reciprocal: u64,
 }
-
-// `inv_interval` is a function of `interval` (never NaN), so equality is an equivalence.
-impl Eq for Gcra {}
 
 /// What [`Gcra::decide`] returns: the decision, and the TAT to store if anything changed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -82,7 +79,7 @@ impl Gcra {
             window,
             burst,
             tick_ns,
-            inv_interval: 1.0 / interval as f64,
+            reciprocal: u64::MAX / interval,
         }
     }
 
@@ -134,16 +131,15 @@ impl Gcra {
         Ok(Step { decision, new_tat })
     }
 
-    /// `floor(x / interval)` for `x <= window`, exact, without a hardware division on the hot path:
-    /// the f64 estimate is off by far less than one (the quotient is at most `burst < 2^32`),
-    /// so one correction step makes it exact.
+    /// `floor(x / interval)` for `x <= window`, exact, without a hardware division on the hot path.
+    ///
+    /// With `m = floor((2^64 - 1) / T)`, `(x * m) >> 64` lies in `[x/T - x/2^64 - 1, x/T]`; as
+    /// `x <= window <= 2^62`, that is `floor(x/T)` or one less, and one comparison corrects it.
     #[inline]
     fn whole_intervals(&self, x: u64) -> u32 {
         let x = x.min(self.window);
-        let mut q = (x as f64 * self.inv_interval) as u64;
-        if q * self.interval > x {
-            q -= 1;
-        } else if (q + 1) * self.interval <= x {
+        let mut q = ((u128::from(x) * u128::from(self.reciprocal)) >> 64) as u64;
+        if (q + 1) * self.interval <= x {
             q += 1;
         }
         q as u32
@@ -251,6 +247,18 @@ mod tests {
                     let x = (k * t).saturating_add_signed(delta).min(g.window_ticks());
                     assert_eq!(u64::from(g.whole_intervals(x)), x / t, "x={x} t={t}");
                 }
+            }
+        }
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn whole_intervals_matches_division(interval in 1u64..(1 << 40), burst in 1u32..(1 << 22), frac in 0.0f64..=1.0) {
+            let window = interval.saturating_mul(u64::from(burst)).min(1 << 62);
+            let g = Gcra { interval, window, burst, tick_ns: 1, reciprocal: u64::MAX / interval };
+            let x = (window as f64 * frac) as u64;
+            for x in [x, x.saturating_sub(1), (x + 1).min(window), window] {
+                proptest::prop_assert_eq!(u64::from(g.whole_intervals(x)), x / interval);
             }
         }
     }
