@@ -120,13 +120,14 @@ impl Gcra {
         } else {
             (base, None, Some(self.ticks(candidate - self.window - now)))
         };
-        let remaining = self.whole_intervals((now + self.window).saturating_sub(tat_after));
+        let reset = tat_after - now;
+        let remaining = self.whole_intervals(self.window.saturating_sub(reset));
         let decision = Decision::new(
             allowed,
             self.burst,
             remaining,
             retry_after,
-            self.ticks(tat_after - now),
+            self.ticks(reset),
         );
         Ok(Step { decision, new_tat })
     }
@@ -147,7 +148,11 @@ impl Gcra {
 
     #[inline]
     fn ticks(&self, t: u64) -> Duration {
-        Duration::from_nanos(t.saturating_mul(self.tick_ns))
+        if self.tick_ns == 1 {
+            Duration::from_nanos(t)
+        } else {
+            Duration::from_nanos(t.saturating_mul(self.tick_ns))
+        }
     }
 }
 
