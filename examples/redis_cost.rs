@@ -884,3 +884,88 @@ impl Report {
 fn round2(v: f64) -> f64 {
     (v * 100.0).round() / 100.0
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const COMMANDSTATS: &str = "# Commandstats\r\n\
+        cmdstat_get:calls=100000,usec=25272,usec_per_call=0.25,rejected_calls=0,failed_calls=0\r\n\
+        cmdstat_config|resetstat:calls=1,usec=111,usec_per_call=111.00,rejected_calls=0,failed_calls=0\r\n\
+        cmdstat_evalsha:calls=100000,usec=607983,usec_per_call=6.08,rejected_calls=0,failed_calls=0\r\n";
+
+    #[test]
+    fn commandstats_lines_become_calls_and_usec() {
+        let stats = parse_commandstats(COMMANDSTATS);
+        assert_eq!(stats.get("evalsha"), Some(&(100_000, 607_983)));
+        assert_eq!(stats.get("get"), Some(&(100_000, 25_272)));
+        assert_eq!(stats.get("config|resetstat"), Some(&(1, 111)));
+        assert_eq!(stats.get("set"), None);
+    }
+
+    #[test]
+    fn info_fields_are_found_by_exact_name() {
+        let info = "# Memory\r\nused_memory_human:1.04M\r\nused_memory:1093960\r\nused_memory_rss:9\r\n";
+        assert_eq!(info_field(info, "used_memory"), Some("1093960"));
+        assert_eq!(info_field(info, "used_memory_rss"), Some("9"));
+        assert_eq!(info_field(info, "used_cpu_sys"), None);
+    }
+
+    fn run(us: f64, process: f64) -> Run {
+        Run { us_per_call: us, process_us_per_call: process, inner: Vec::new(), allowed: 0 }
+    }
+
+    #[test]
+    fn figures_pick_the_least_disturbed_or_the_median_round() {
+        let runs = [run(7.0, 9.0), run(5.0, 8.5), run(6.0, 8.0), run(9.0, 11.0)];
+        assert_eq!(Figure::Min.of(&runs), 5.0);
+        assert_eq!(Figure::Median.of(&runs), 6.5);
+        assert_eq!(Figure::Median.of(&runs[..3]), 6.0);
+        assert_eq!(Figure::Process.of(&runs), 8.0);
+    }
+
+    #[test]
+    fn replies_count_as_allowed_only_when_they_say_so() {
+        assert!(is_allowed(&Value::Array(vec![Value::Int(1), Value::Int(9)])));
+        assert!(!is_allowed(&Value::Array(vec![Value::Int(0), Value::Int(9)])));
+        assert!(is_allowed(&Value::Int(1)));
+        assert!(!is_allowed(&Value::Int(0)));
+        assert!(is_allowed(&Value::Okay));
+        assert!(!is_allowed(&Value::Nil));
+    }
+
+    fn args(cmd: &Cmd) -> Vec<String> {
+        cmd.args_iter()
+            .map(|arg| match arg {
+                redis::Arg::Simple(bytes) => String::from_utf8_lossy(bytes).into_owned(),
+                _ => "<not a plain argument>".to_owned(),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn flowguard_calls_follow_the_script_header() {
+        let server = Call::Flowguard { sha: "abc".into(), server_time: true };
+        assert_eq!(args(&server.command("k", STINGY)), ["EVALSHA", "abc", "1", "k", "3600000000", "1", "1", "", "0"]);
+        let explicit = Call::Flowguard { sha: "abc".into(), server_time: false };
+        let now: u64 = args(&explicit.command("k", GENEROUS))[7].parse().unwrap();
+        assert!(now > 90_000_000_000_000, "flowguard-epoch microseconds, got {now}");
+    }
+
+    #[test]
+    fn naive_calls_send_client_seconds_and_seconds_per_token() {
+        let naive = Call::Naive { sha: "abc".into() };
+        let sent = args(&naive.command("k", GENEROUS));
+        assert_eq!(sent[..4], ["EVALSHA", "abc", "1", "k"]);
+        let now: f64 = sent[4].parse().unwrap();
+        assert!(now > 1.7e9, "unix seconds, got {now}");
+        assert_eq!(sent[5..], ["0.1", "1000000", "1"]);
+    }
+
+    #[test]
+    fn keys_of_new_workloads_are_distinct_and_hot_ones_repeat() {
+        assert_ne!(Keys::New.key("run", 1, 100), Keys::New.key("run", 101, 100));
+        assert_eq!(Keys::Hot.key("run", 1, 100), Keys::Hot.key("run", 101, 100));
+        assert_eq!(Keys::HotDenied.key("run", 7, 100), Keys::Hot.key("warm", 7, 100));
+    }
+}
