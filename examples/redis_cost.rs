@@ -75,6 +75,10 @@ const FLOWGUARD_EPOCH_UNIX_S: u64 = 1_700_000_000;
 const GENEROUS: Quota = Quota { interval_us: 100_000, burst: 1_000_000 };
 /// Denied workload: one per hour, burst one.
 const STINGY: Quota = Quota { interval_us: 3_600_000_000, burst: 1 };
+/// Throughput reference: the quota `scripts/redis_benchmark.sh` uses by default (1000/s, burst 1000).
+const BENCHMARK: Quota = Quota { interval_us: 1_000, burst: 1_000 };
+/// Throughput reference: keys drawn from this many, like `redis-benchmark -r 100000`.
+const THROUGHPUT_KEYSPACE: u64 = 100_000;
 /// Memory layouts: one per minute, burst 10, so the GCRA key lives a minute.
 const MEMORY_QUOTA: Quota = Quota { interval_us: 60_000_000, burst: 10 };
 /// TTL given to the other layouts (ms).
@@ -101,6 +105,7 @@ struct Options {
     mem_keys: usize,
     log_entries: usize,
     json: bool,
+    throughput: bool,
     extra_scripts: Vec<(String, String)>,
 }
 
@@ -116,6 +121,7 @@ impl Options {
             mem_keys: 1_000,
             log_entries: 1_000,
             json: false,
+            throughput: false,
             extra_scripts: Vec::new(),
         };
         let mut args = std::env::args().skip(1);
@@ -123,6 +129,7 @@ impl Options {
             let mut value = || args.next().ok_or_else(|| format!("{flag} needs a value"));
             match flag.as_str() {
                 "--json" => options.json = true,
+                "--throughput" => options.throughput = true,
                 "--redis" => options.redis = Some(value()?),
                 "--redis-server" => options.server_bin = value()?,
                 "--calls" => options.calls = positive(&flag, &value()?)?,
@@ -160,6 +167,8 @@ const HELP: &str = "redis_cost: server CPU per call and memory per key of rate-l
   --mem-keys K         keys per memory layout (default 1000)
   --log-entries E      members per sliding-window log (default 1000)
   --script NAME=PATH   also measure a script taking flowguard's KEYS/ARGV
+  --throughput         only the client-side reference: EVALSHA of flowguard's script per second
+                       through one multiplexed connection, --concurrency tasks, --calls per round
   --json               print a JSON object as the last line";
 
 fn positive(flag: &str, text: &str) -> Result<usize> {
@@ -253,6 +262,9 @@ async fn run(options: &Options, server: &mut Option<OwnedServer>) -> Result<()> 
     };
     let version = redis_version(&mut con).await?;
     let scripts = Scripts::load(&mut con, options).await?;
+    if options.throughput {
+        return report_throughput(&mut con, options, &scripts).await;
+    }
     let cpu = measure_cpu(&mut con, options, &scripts).await?;
     let probe = probe_inner_accounting(&mut con, &scripts).await?;
     let memory = measure_memory(&mut con, options, &scripts).await?;
@@ -314,6 +326,8 @@ enum Keys {
     Hot,
     /// `--hot-keys` keys, one per hour: denied after the first call per key.
     HotDenied,
+    /// Spread over `THROUGHPUT_KEYSPACE` keys, the quota of `scripts/redis_benchmark.sh`.
+    Spread,
 }
 
 impl Keys {
@@ -324,6 +338,7 @@ impl Keys {
             Keys::New => "new_keys",
             Keys::Hot => "hot_keys",
             Keys::HotDenied => "hot_keys_denied",
+            Keys::Spread => "spread_keys",
         }
     }
 
@@ -331,6 +346,7 @@ impl Keys {
         match self {
             Keys::HotDenied => STINGY,
             Keys::New | Keys::Hot => GENEROUS,
+            Keys::Spread => BENCHMARK,
         }
     }
 
@@ -338,6 +354,8 @@ impl Keys {
         match self {
             Keys::New => format!("cost:{round_tag}:{i}"),
             Keys::Hot | Keys::HotDenied => format!("cost:hot:{}", i % hot_keys),
+            // Like redis-benchmark's `key:__rand_int__` with -r: 12 digits, scattered.
+            Keys::Spread => format!("key:{:012}", (i as u64).wrapping_mul(2_654_435_761) % THROUGHPUT_KEYSPACE),
         }
     }
 }
@@ -543,6 +561,43 @@ async fn drive(
         allowed += joined??;
     }
     Ok(allowed)
+}
+
+/// Client-side reference for the throughput target: raw `EVALSHA` of flowguard's script (server
+/// time, cost 1) through one multiplexed connection, `--concurrency` tasks, the workload of
+/// `scripts/redis_benchmark.sh`. The store's own example (`redis_load`) adds the store on top.
+async fn report_throughput(con: &mut MultiplexedConnection, options: &Options, scripts: &Scripts) -> Result<()> {
+    let call = Call::Flowguard { sha: scripts.flowguard.clone(), server_time: true };
+    let mut rates = Vec::new();
+    for round in 0..options.rounds {
+        redis::cmd("FLUSHALL").query_async::<()>(con).await?;
+        let start = Instant::now();
+        let allowed = drive(con, options, &call, Keys::Spread, "tp", options.calls).await?;
+        let rate = options.calls as f64 / start.elapsed().as_secs_f64();
+        eprintln!("round {}/{}: {rate:.0} EVALSHA/s, {allowed} allowed", round + 1, options.rounds);
+        rates.push(rate);
+    }
+    rates.sort_by(f64::total_cmp);
+    let best = rates[rates.len() - 1];
+    let median = rates[rates.len() / 2];
+    println!(
+        "redis crate, one multiplexed connection, {} tasks: {best:.0} EVALSHA/s best of {} (median {median:.0}), {} calls per round",
+        options.concurrency, options.rounds, options.calls
+    );
+    if options.json {
+        let rounded = |v: f64| v.round();
+        println!(
+            "{}",
+            json!({
+                "client_evalsha_per_sec": rounded(best),
+                "client_evalsha_per_sec_median": rounded(median),
+                "concurrency": options.concurrency,
+                "calls": options.calls,
+                "rounds": options.rounds,
+            })
+        );
+    }
+    Ok(())
 }
 
 /// First element 1 (scripts), integer 1 (floors) or OK (SET).
