@@ -1,15 +1,16 @@
 //! What one rate-limit decision costs Redis: server CPU per call and memory per key.
 //!
 //! ```text
-//! cargo run --release --features redis --example redis_cost -- [--json] [--redis URL]
+//! cargo run --release --features redis --example redis_cost -- [--json] [--redis URL [--allow-flush]]
 //!     [--calls 100000] [--rounds 5] [--concurrency 16] [--hot-keys 100]
 //!     [--mem-keys 1000] [--log-entries 1000] [--script NAME=PATH]... [--redis-server BIN]
+//!     [--throughput]
 //! ```
 //!
 //! Without `--redis` the example starts its own `redis-server` on a free loopback port (no
 //! persistence) and stops it on exit, Ctrl-C or error, so nobody else disturbs the statistics.
-//! With `--redis URL` it runs `FLUSHALL` and `CONFIG RESETSTAT` on that server: never point it at
-//! a server holding data.
+//! With `--redis URL` it runs `FLUSHALL` and `CONFIG RESETSTAT` on that server, so it refuses a
+//! server holding keys unless `--allow-flush` is given.
 //!
 //! **CPU.** For each workload: `FLUSHALL`, a warm-up, `CONFIG RESETSTAT`, `--calls` calls with
 //! `--concurrency` in flight over one multiplexed connection, then `INFO commandstats`. The figure
@@ -106,6 +107,7 @@ struct Options {
     log_entries: usize,
     json: bool,
     throughput: bool,
+    allow_flush: bool,
     extra_scripts: Vec<(String, String)>,
 }
 
@@ -122,6 +124,7 @@ impl Options {
             log_entries: 1_000,
             json: false,
             throughput: false,
+            allow_flush: false,
             extra_scripts: Vec::new(),
         };
         let mut args = std::env::args().skip(1);
@@ -130,6 +133,7 @@ impl Options {
             match flag.as_str() {
                 "--json" => options.json = true,
                 "--throughput" => options.throughput = true,
+                "--allow-flush" => options.allow_flush = true,
                 "--redis" => options.redis = Some(value()?),
                 "--redis-server" => options.server_bin = value()?,
                 "--calls" => options.calls = positive(&flag, &value()?)?,
@@ -159,6 +163,7 @@ impl Options {
 
 const HELP: &str = "redis_cost: server CPU per call and memory per key of rate-limit layouts on Redis
   --redis URL          measure this server (it gets FLUSHALL + CONFIG RESETSTAT!); default: start one
+  --allow-flush        with --redis: run even if the server holds keys (they are all deleted)
   --redis-server BIN   redis-server binary to start (default: redis-server)
   --calls N            calls per workload and round (default 100000)
   --rounds R           rounds; the least disturbed is reported, and the median (default 5)
@@ -253,7 +258,18 @@ async fn main() {
 
 async fn run(options: &Options, server: &mut Option<OwnedServer>) -> Result<()> {
     let mut con = match &options.redis {
-        Some(url) => connect(url).await?,
+        Some(url) => {
+            let mut con = connect(url).await?;
+            let keys: u64 = redis::cmd("DBSIZE").query_async(&mut con).await?;
+            if keys > 0 && !options.allow_flush {
+                return Err(format!(
+                    "{url} holds {keys} keys and redis_cost runs FLUSHALL and CONFIG RESETSTAT: \
+                     point it at an empty throwaway server, or pass --allow-flush"
+                )
+                .into());
+            }
+            con
+        }
         None => {
             let owned = server.insert(OwnedServer::start(&options.server_bin)?);
             eprintln!("started redis-server at {}", owned.url);

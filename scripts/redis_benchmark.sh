@@ -15,6 +15,10 @@
 #
 # Each side runs --repeat times; the best run is the figure (on a shared machine other processes
 # can only slow a run down), the median is printed too.
+#
+# A Rust-side reference without the store: `cargo run --release --features redis --example
+# redis_cost -- --throughput --concurrency 64 --calls 200000` (raw EVALSHA, one multiplexed
+# connection, same keys and quota).
 # Without --port it starts its own redis-server on a free loopback port (no persistence) and
 # stops it on exit. With --port it uses that server as is (no FLUSHALL, no CONFIG RESETSTAT).
 #
@@ -24,18 +28,19 @@
 #       --redis redis://HOST:PORT/ --tasks C*P --seconds S --json
 #   and divides its `decisions_per_sec` (last stdout line) by the redis-benchmark figure. By hand:
 #   start a server, run this script with --port, then the command above with the same port and
-#   --tasks equal to -c. Use the same quota on both sides when redis_load lets you choose one: the
+#   --tasks equal to -c x -P. Use the same quota on both sides when redis_load lets you choose one: the
 #   allowed path (GET + SET) costs the server more than the denied path (GET only).
 #
 # On a 2-core machine the benchmark client and the server compete for CPU (and so do
-# redis_load and the server): compare figures taken on the same machine, in the same state.
+# redis_load and the server): compare figures taken on the same machine, in the same state,
+# preferably alternating the two a few times.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 host=127.0.0.1 port="" clients=64 pipeline=1 requests=200000 keyspace=100000
 interval_us=1000 burst=1000 threads="" compare=0 seconds=3 json=0 repeat=3
 
-usage() { sed -n '2,28p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,36p' "$0" | sed 's/^# \{0,1\}//'; }
 # best and median of numbers on stdin, one per line: "BEST MEDIAN"
 best_median() { sort -g | awk '{ v[NR] = $1 } END { m = (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2; printf "%s %s\n", v[NR], m }'; }
 need_value() { [ $# -ge 2 ] || { echo "redis_benchmark.sh: $1 needs a value" >&2; exit 2; }; }
