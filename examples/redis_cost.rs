@@ -4,7 +4,7 @@
 //! cargo run --release --features redis --example redis_cost -- [--json] [--redis URL [--allow-flush]]
 //!     [--calls 100000] [--rounds 5] [--concurrency 16] [--hot-keys 100]
 //!     [--mem-keys 1000] [--log-entries 1000] [--script NAME=PATH]... [--redis-server BIN]
-//!     [--throughput]
+//!     [--throughput] [--multi-thread]
 //! ```
 //!
 //! Without `--redis` the example starts its own `redis-server` on a free loopback port (no
@@ -107,6 +107,7 @@ struct Options {
     log_entries: usize,
     json: bool,
     throughput: bool,
+    multi_thread: bool,
     allow_flush: bool,
     extra_scripts: Vec<(String, String)>,
 }
@@ -124,6 +125,7 @@ impl Options {
             log_entries: 1_000,
             json: false,
             throughput: false,
+            multi_thread: false,
             allow_flush: false,
             extra_scripts: Vec::new(),
         };
@@ -134,6 +136,7 @@ impl Options {
                 "--json" => options.json = true,
                 "--throughput" => options.throughput = true,
                 "--allow-flush" => options.allow_flush = true,
+                "--multi-thread" => options.multi_thread = true,
                 "--redis" => options.redis = Some(value()?),
                 "--redis-server" => options.server_bin = value()?,
                 "--calls" => options.calls = positive(&flag, &value()?)?,
@@ -174,6 +177,7 @@ const HELP: &str = "redis_cost: server CPU per call and memory per key of rate-l
   --script NAME=PATH   also measure a script taking flowguard's KEYS/ARGV
   --throughput         only the client-side reference: EVALSHA of flowguard's script per second
                        through one multiplexed connection, --concurrency tasks, --calls per round
+  --multi-thread       client on tokio's multi-thread runtime (default: one client thread)
   --json               print a JSON object as the last line";
 
 fn positive(flag: &str, text: &str) -> Result<usize> {
@@ -234,8 +238,7 @@ async fn connect(url: &str) -> Result<MultiplexedConnection> {
     Ok(client.get_multiplexed_async_connection().await?)
 }
 
-#[tokio::main]
-async fn main() {
+fn main() {
     let options = match Options::parse() {
         Ok(options) => options,
         Err(e) => {
@@ -243,12 +246,27 @@ async fn main() {
             std::process::exit(2);
         }
     };
+    // One client thread by default: on a small machine the server needs the other cores.
+    let runtime = if options.multi_thread {
+        tokio::runtime::Builder::new_multi_thread().enable_all().build()
+    } else {
+        tokio::runtime::Builder::new_current_thread().enable_all().build()
+    };
+    let runtime = match runtime {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("redis_cost: cannot start the tokio runtime: {e}");
+            std::process::exit(1);
+        }
+    };
     // The server guard lives in this frame: dropped (killed) on every way out but `exit`.
     let mut server = None;
-    let outcome = tokio::select! {
-        outcome = run(&options, &mut server) => outcome,
-        _ = tokio::signal::ctrl_c() => Err("interrupted".into()),
-    };
+    let outcome = runtime.block_on(async {
+        tokio::select! {
+            outcome = run(&options, &mut server) => outcome,
+            _ = tokio::signal::ctrl_c() => Err("interrupted".into()),
+        }
+    });
     drop(server);
     if let Err(e) = outcome {
         eprintln!("redis_cost: {e}");
@@ -597,8 +615,11 @@ async fn report_throughput(con: &mut MultiplexedConnection, options: &Options, s
     let best = rates[rates.len() - 1];
     let median = rates[rates.len() / 2];
     println!(
-        "redis crate, one multiplexed connection, {} tasks: {best:.0} EVALSHA/s best of {} (median {median:.0}), {} calls per round",
-        options.concurrency, options.rounds, options.calls
+        "redis crate, one multiplexed connection, {} tasks, {} runtime: {best:.0} EVALSHA/s best of {} (median {median:.0}), {} calls per round",
+        options.concurrency,
+        if options.multi_thread { "multi-thread" } else { "current-thread" },
+        options.rounds,
+        options.calls
     );
     if options.json {
         let rounded = |v: f64| v.round();
@@ -608,6 +629,7 @@ async fn report_throughput(con: &mut MultiplexedConnection, options: &Options, s
                 "client_evalsha_per_sec": rounded(best),
                 "client_evalsha_per_sec_median": rounded(median),
                 "concurrency": options.concurrency,
+                "multi_thread": options.multi_thread,
                 "calls": options.calls,
                 "rounds": options.rounds,
             })
