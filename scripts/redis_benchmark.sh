@@ -132,7 +132,7 @@ if [ "$compare" = 1 ]; then
   load_runs=""
   for _ in $(seq "$repeat"); do
     load_json=$("${load_cmd[@]}" | tail -1)
-    one=$(sed -nE 's/.*"decisions_per_sec":([0-9.eE+-]+).*/\1/p' <<<"$load_json")
+    one=$(python3 -c 'import json, sys; print(float(json.loads(sys.stdin.read())["decisions_per_sec"]))' <<<"$load_json" 2>/dev/null || true)
     [ -n "$one" ] || { echo "redis_benchmark.sh: no decisions_per_sec in: $load_json" >&2; exit 1; }
     echo "  run: $one decisions/s" >&2
     load_runs="$load_runs$one"$'\n'
