@@ -1,15 +1,16 @@
 //! What one rate-limit decision costs Redis: server CPU per call and memory per key.
 //!
 //! ```text
-//! cargo run --release --features redis --example redis_cost -- [--json] [--redis URL]
+//! cargo run --release --features redis --example redis_cost -- [--json] [--redis URL [--allow-flush]]
 //!     [--calls 100000] [--rounds 5] [--concurrency 16] [--hot-keys 100]
 //!     [--mem-keys 1000] [--log-entries 1000] [--script NAME=PATH]... [--redis-server BIN]
+//!     [--throughput] [--multi-thread]
 //! ```
 //!
 //! Without `--redis` the example starts its own `redis-server` on a free loopback port (no
 //! persistence) and stops it on exit, Ctrl-C or error, so nobody else disturbs the statistics.
-//! With `--redis URL` it runs `FLUSHALL` and `CONFIG RESETSTAT` on that server: never point it at
-//! a server holding data.
+//! With `--redis URL` it runs `FLUSHALL` and `CONFIG RESETSTAT` on that server, so it refuses a
+//! server holding keys unless `--allow-flush` is given.
 //!
 //! **CPU.** For each workload: `FLUSHALL`, a warm-up, `CONFIG RESETSTAT`, `--calls` calls with
 //! `--concurrency` in flight over one multiplexed connection, then `INFO commandstats`. The figure
@@ -80,6 +81,13 @@ const STINGY: Quota = Quota {
     interval_us: 3_600_000_000,
     burst: 1,
 };
+/// Throughput reference: the quota `scripts/redis_benchmark.sh` uses by default (1000/s, burst 1000).
+const BENCHMARK: Quota = Quota {
+    interval_us: 1_000,
+    burst: 1_000,
+};
+/// Throughput reference: keys drawn from this many, like `redis-benchmark -r 100000`.
+const THROUGHPUT_KEYSPACE: u64 = 100_000;
 /// Memory layouts: one per minute, burst 10, so the GCRA key lives a minute.
 const MEMORY_QUOTA: Quota = Quota {
     interval_us: 60_000_000,
@@ -109,6 +117,9 @@ struct Options {
     mem_keys: usize,
     log_entries: usize,
     json: bool,
+    throughput: bool,
+    multi_thread: bool,
+    allow_flush: bool,
     extra_scripts: Vec<(String, String)>,
 }
 
@@ -124,6 +135,9 @@ impl Options {
             mem_keys: 1_000,
             log_entries: 1_000,
             json: false,
+            throughput: false,
+            multi_thread: false,
+            allow_flush: false,
             extra_scripts: Vec::new(),
         };
         let mut args = std::env::args().skip(1);
@@ -131,6 +145,9 @@ impl Options {
             let mut value = || args.next().ok_or_else(|| format!("{flag} needs a value"));
             match flag.as_str() {
                 "--json" => options.json = true,
+                "--throughput" => options.throughput = true,
+                "--allow-flush" => options.allow_flush = true,
+                "--multi-thread" => options.multi_thread = true,
                 "--redis" => options.redis = Some(value()?),
                 "--redis-server" => options.server_bin = value()?,
                 "--calls" => options.calls = positive(&flag, &value()?)?,
@@ -161,6 +178,7 @@ impl Options {
 
 const HELP: &str = "redis_cost: server CPU per call and memory per key of rate-limit layouts on Redis
   --redis URL          measure this server (it gets FLUSHALL + CONFIG RESETSTAT!); default: start one
+  --allow-flush        with --redis: run even if the server holds keys (they are all deleted)
   --redis-server BIN   redis-server binary to start (default: redis-server)
   --calls N            calls per workload and round (default 100000)
   --rounds R           rounds; the least disturbed is reported, and the median (default 5)
@@ -169,6 +187,9 @@ const HELP: &str = "redis_cost: server CPU per call and memory per key of rate-l
   --mem-keys K         keys per memory layout (default 1000)
   --log-entries E      members per sliding-window log (default 1000)
   --script NAME=PATH   also measure a script taking flowguard's KEYS/ARGV
+  --throughput         only the client-side reference: EVALSHA of flowguard's script per second
+                       through one multiplexed connection, --concurrency tasks, --calls per round
+  --multi-thread       client on tokio's multi-thread runtime (default: one client thread)
   --json               print a JSON object as the last line";
 
 fn positive(flag: &str, text: &str) -> Result<usize> {
@@ -239,8 +260,7 @@ async fn connect(url: &str) -> Result<MultiplexedConnection> {
     Ok(client.get_multiplexed_async_connection().await?)
 }
 
-#[tokio::main]
-async fn main() {
+fn main() {
     let options = match Options::parse() {
         Ok(options) => options,
         Err(e) => {
@@ -248,12 +268,31 @@ async fn main() {
             std::process::exit(2);
         }
     };
+    // One client thread by default: on a small machine the server needs the other cores.
+    let runtime = if options.multi_thread {
+        tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()
+    } else {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+    };
+    let runtime = match runtime {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("redis_cost: cannot start the tokio runtime: {e}");
+            std::process::exit(1);
+        }
+    };
     // The server guard lives in this frame: dropped (killed) on every way out but `exit`.
     let mut server = None;
-    let outcome = tokio::select! {
-        outcome = run(&options, &mut server) => outcome,
-        _ = tokio::signal::ctrl_c() => Err("interrupted".into()),
-    };
+    let outcome = runtime.block_on(async {
+        tokio::select! {
+            outcome = run(&options, &mut server) => outcome,
+            _ = tokio::signal::ctrl_c() => Err("interrupted".into()),
+        }
+    });
     drop(server);
     if let Err(e) = outcome {
         eprintln!("redis_cost: {e}");
@@ -263,7 +302,18 @@ async fn main() {
 
 async fn run(options: &Options, server: &mut Option<OwnedServer>) -> Result<()> {
     let mut con = match &options.redis {
-        Some(url) => connect(url).await?,
+        Some(url) => {
+            let mut con = connect(url).await?;
+            let keys: u64 = redis::cmd("DBSIZE").query_async(&mut con).await?;
+            if keys > 0 && !options.allow_flush {
+                return Err(format!(
+                    "{url} holds {keys} keys and redis_cost runs FLUSHALL and CONFIG RESETSTAT: \
+                     point it at an empty throwaway server, or pass --allow-flush"
+                )
+                .into());
+            }
+            con
+        }
         None => {
             let owned = server.insert(OwnedServer::start(&options.server_bin)?);
             eprintln!("started redis-server at {}", owned.url);
@@ -272,6 +322,9 @@ async fn run(options: &Options, server: &mut Option<OwnedServer>) -> Result<()> 
     };
     let version = redis_version(&mut con).await?;
     let scripts = Scripts::load(&mut con, options).await?;
+    if options.throughput {
+        return report_throughput(&mut con, options, &scripts).await;
+    }
     let cpu = measure_cpu(&mut con, options, &scripts).await?;
     let probe = probe_inner_accounting(&mut con, &scripts).await?;
     let memory = measure_memory(&mut con, options, &scripts).await?;
@@ -346,6 +399,8 @@ enum Keys {
     Hot,
     /// `--hot-keys` keys, one per hour: denied after the first call per key.
     HotDenied,
+    /// Spread over `THROUGHPUT_KEYSPACE` keys, the quota of `scripts/redis_benchmark.sh`.
+    Spread,
 }
 
 impl Keys {
@@ -356,6 +411,7 @@ impl Keys {
             Keys::New => "new_keys",
             Keys::Hot => "hot_keys",
             Keys::HotDenied => "hot_keys_denied",
+            Keys::Spread => "spread_keys",
         }
     }
 
@@ -363,6 +419,7 @@ impl Keys {
         match self {
             Keys::HotDenied => STINGY,
             Keys::New | Keys::Hot => GENEROUS,
+            Keys::Spread => BENCHMARK,
         }
     }
 
@@ -370,6 +427,11 @@ impl Keys {
         match self {
             Keys::New => format!("cost:{round_tag}:{i}"),
             Keys::Hot | Keys::HotDenied => format!("cost:hot:{}", i % hot_keys),
+            // Like redis-benchmark's `key:__rand_int__` with -r: 12 digits, scattered.
+            Keys::Spread => format!(
+                "key:{:012}",
+                (i as u64).wrapping_mul(2_654_435_761) % THROUGHPUT_KEYSPACE
+            ),
         }
     }
 }
@@ -675,6 +737,62 @@ async fn drive(
     Ok(allowed)
 }
 
+/// Client-side reference for the throughput target: raw `EVALSHA` of flowguard's script (server
+/// time, cost 1) through one multiplexed connection, `--concurrency` tasks, the workload of
+/// `scripts/redis_benchmark.sh`. The store's own example (`redis_load`) adds the store on top.
+async fn report_throughput(
+    con: &mut MultiplexedConnection,
+    options: &Options,
+    scripts: &Scripts,
+) -> Result<()> {
+    let call = Call::Flowguard {
+        sha: scripts.flowguard.clone(),
+        server_time: true,
+    };
+    let mut rates = Vec::new();
+    for round in 0..options.rounds {
+        redis::cmd("FLUSHALL").query_async::<()>(con).await?;
+        let start = Instant::now();
+        let allowed = drive(con, options, &call, Keys::Spread, "tp", options.calls).await?;
+        let rate = options.calls as f64 / start.elapsed().as_secs_f64();
+        eprintln!(
+            "round {}/{}: {rate:.0} EVALSHA/s, {allowed} allowed",
+            round + 1,
+            options.rounds
+        );
+        rates.push(rate);
+    }
+    rates.sort_by(f64::total_cmp);
+    let best = rates[rates.len() - 1];
+    let median = rates[rates.len() / 2];
+    println!(
+        "redis crate, one multiplexed connection, {} tasks, {} runtime: {best:.0} EVALSHA/s best of {} (median {median:.0}), {} calls per round",
+        options.concurrency,
+        if options.multi_thread {
+            "multi-thread"
+        } else {
+            "current-thread"
+        },
+        options.rounds,
+        options.calls
+    );
+    if options.json {
+        let rounded = |v: f64| v.round();
+        println!(
+            "{}",
+            json!({
+                "client_evalsha_per_sec": rounded(best),
+                "client_evalsha_per_sec_median": rounded(median),
+                "concurrency": options.concurrency,
+                "multi_thread": options.multi_thread,
+                "calls": options.calls,
+                "rounds": options.rounds,
+            })
+        );
+    }
+    Ok(())
+}
+
 /// First element 1 (scripts), integer 1 (floors) or OK (SET).
 fn is_allowed(reply: &Value) -> bool {
     match reply {
@@ -964,7 +1082,7 @@ impl Report {
             self.version, options.rounds, options.calls, options.concurrency
         );
         println!(
-            "{:<26} {:>9} {:>9} {:>12} {:>9} {:>8} {:>8}   inner commands per call on hot keys (count x usec)",
+            "{:<26} {:>9} {:>9} {:>12} {:>9} {:>8} {:>8}   inner commands per call, hot keys, least disturbed round (count x usec)",
             "script", "new keys", "hot keys", "hot, denied", "headline", "median", "process"
         );
         let fmt = |v: Option<f64>| v.map_or_else(|| "-".to_owned(), |v| format!("{v:.2}"));
@@ -972,7 +1090,10 @@ impl Report {
             let inner = by_keys
                 .iter()
                 .find(|(k, _)| *k == Keys::Hot)
-                .and_then(|(_, runs)| runs.last())
+                .and_then(|(_, runs)| {
+                    runs.iter()
+                        .min_by(|a, b| a.us_per_call.total_cmp(&b.us_per_call))
+                })
                 .map(|run| {
                     run.inner
                         .iter()
@@ -1091,4 +1212,116 @@ impl Report {
 
 fn round2(v: f64) -> f64 {
     (v * 100.0).round() / 100.0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const COMMANDSTATS: &str = "# Commandstats\r\n\
+        cmdstat_get:calls=100000,usec=25272,usec_per_call=0.25,rejected_calls=0,failed_calls=0\r\n\
+        cmdstat_config|resetstat:calls=1,usec=111,usec_per_call=111.00,rejected_calls=0,failed_calls=0\r\n\
+        cmdstat_evalsha:calls=100000,usec=607983,usec_per_call=6.08,rejected_calls=0,failed_calls=0\r\n";
+
+    #[test]
+    fn commandstats_lines_become_calls_and_usec() {
+        let stats = parse_commandstats(COMMANDSTATS);
+        assert_eq!(stats.get("evalsha"), Some(&(100_000, 607_983)));
+        assert_eq!(stats.get("get"), Some(&(100_000, 25_272)));
+        assert_eq!(stats.get("config|resetstat"), Some(&(1, 111)));
+        assert_eq!(stats.get("set"), None);
+    }
+
+    #[test]
+    fn info_fields_are_found_by_exact_name() {
+        let info =
+            "# Memory\r\nused_memory_human:1.04M\r\nused_memory:1093960\r\nused_memory_rss:9\r\n";
+        assert_eq!(info_field(info, "used_memory"), Some("1093960"));
+        assert_eq!(info_field(info, "used_memory_rss"), Some("9"));
+        assert_eq!(info_field(info, "used_cpu_sys"), None);
+    }
+
+    fn run(us: f64, process: f64) -> Run {
+        Run {
+            us_per_call: us,
+            process_us_per_call: process,
+            inner: Vec::new(),
+            allowed: 0,
+        }
+    }
+
+    #[test]
+    fn figures_pick_the_least_disturbed_or_the_median_round() {
+        let runs = [run(7.0, 9.0), run(5.0, 8.5), run(6.0, 8.0), run(9.0, 11.0)];
+        assert_eq!(Figure::Min.of(&runs), 5.0);
+        assert_eq!(Figure::Median.of(&runs), 6.5);
+        assert_eq!(Figure::Median.of(&runs[..3]), 6.0);
+        assert_eq!(Figure::Process.of(&runs), 8.0);
+    }
+
+    #[test]
+    fn replies_count_as_allowed_only_when_they_say_so() {
+        assert!(is_allowed(&Value::Array(vec![
+            Value::Int(1),
+            Value::Int(9)
+        ])));
+        assert!(!is_allowed(&Value::Array(vec![
+            Value::Int(0),
+            Value::Int(9)
+        ])));
+        assert!(is_allowed(&Value::Int(1)));
+        assert!(!is_allowed(&Value::Int(0)));
+        assert!(is_allowed(&Value::Okay));
+        assert!(!is_allowed(&Value::Nil));
+    }
+
+    fn args(cmd: &Cmd) -> Vec<String> {
+        cmd.args_iter()
+            .map(|arg| match arg {
+                redis::Arg::Simple(bytes) => String::from_utf8_lossy(bytes).into_owned(),
+                _ => "<not a plain argument>".to_owned(),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn flowguard_calls_follow_the_script_header() {
+        let server = Call::Flowguard {
+            sha: "abc".into(),
+            server_time: true,
+        };
+        assert_eq!(
+            args(&server.command("k", STINGY)),
+            ["EVALSHA", "abc", "1", "k", "3600000000", "1", "1", "", "0"]
+        );
+        let explicit = Call::Flowguard {
+            sha: "abc".into(),
+            server_time: false,
+        };
+        let now: u64 = args(&explicit.command("k", GENEROUS))[7].parse().unwrap();
+        assert!(
+            now > 90_000_000_000_000,
+            "flowguard-epoch microseconds, got {now}"
+        );
+    }
+
+    #[test]
+    fn naive_calls_send_client_seconds_and_seconds_per_token() {
+        let naive = Call::Naive { sha: "abc".into() };
+        let sent = args(&naive.command("k", GENEROUS));
+        assert_eq!(sent[..4], ["EVALSHA", "abc", "1", "k"]);
+        let now: f64 = sent[4].parse().unwrap();
+        assert!(now > 1.7e9, "unix seconds, got {now}");
+        assert_eq!(sent[5..], ["0.1", "1000000", "1"]);
+    }
+
+    #[test]
+    fn keys_of_new_workloads_are_distinct_and_hot_ones_repeat() {
+        assert_ne!(Keys::New.key("run", 1, 100), Keys::New.key("run", 101, 100));
+        assert_eq!(Keys::Hot.key("run", 1, 100), Keys::Hot.key("run", 101, 100));
+        assert_eq!(
+            Keys::HotDenied.key("run", 7, 100),
+            Keys::Hot.key("warm", 7, 100)
+        );
+    }
 }
