@@ -4,7 +4,7 @@
 //! ```text
 //! cargo run --release --features redis --example redis_load -- \
 //!     --redis redis://127.0.0.1:6379 --tasks 64 --seconds 3 --json [--prefix P] [--keys N] \
-//!     [--rate R --burst B --cost C] [--cluster URL,URL,...]
+//!     [--rate R --burst B --cost C] [--cluster URL,URL,...] [--threads N (default 1)]
 //! ```
 //!
 //! Prints a summary and, as the last stdout line with `--json`, a JSON object with `decisions`,
@@ -31,10 +31,11 @@ struct Args {
     rate: u32,
     burst: u32,
     cost: u32,
+    threads: usize,
 }
 
 const USAGE: &str = "usage: redis_load [--redis URL] [--cluster URL,URL,...] [--tasks N] [--seconds S] [--json] \
-                     [--prefix P] [--keys N] [--rate R] [--burst B] [--cost C]";
+                     [--prefix P] [--keys N] [--rate R] [--burst B] [--cost C] [--threads N]";
 
 fn parse_args() -> Result<Args, String> {
     let mut args = Args {
@@ -48,6 +49,7 @@ fn parse_args() -> Result<Args, String> {
         rate: 100,
         burst: 100,
         cost: 1,
+        threads: 1,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -66,6 +68,7 @@ fn parse_args() -> Result<Args, String> {
             "--seconds" => args.seconds = value.parse().map_err(|e| bad(&e))?,
             "--prefix" => args.prefix = value,
             "--keys" => args.keys = value.parse().map_err(|e| bad(&e))?,
+            "--threads" => args.threads = value.parse().map_err(|e| bad(&e))?,
             "--rate" => args.rate = value.parse().map_err(|e| bad(&e))?,
             "--burst" => args.burst = value.parse().map_err(|e| bad(&e))?,
             "--cost" => args.cost = value.parse().map_err(|e| bad(&e))?,
@@ -88,8 +91,7 @@ struct Tally {
     errors: u64,
 }
 
-#[tokio::main]
-async fn main() -> ExitCode {
+fn main() -> ExitCode {
     let args = match parse_args() {
         Ok(a) => a,
         Err(e) => {
@@ -97,7 +99,25 @@ async fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    match run(args).await {
+    // One client thread by default: on a small machine the Redis server needs the other cores,
+    // and a single-threaded runtime drives one multiplexed connection faster.
+    let runtime = match args.threads {
+        0 | 1 => tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build(),
+        n => tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(n)
+            .enable_all()
+            .build(),
+    };
+    let runtime = match runtime {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the tokio runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(args)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e}");
