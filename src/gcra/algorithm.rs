@@ -40,6 +40,17 @@ pub struct Gcra {
     reciprocal: u64,
 }
 
+/// Whether a request fits, before the decision is spelled out (see [`Gcra::verdict`]).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Verdict {
+    /// The request fits in the burst window.
+    pub(crate) allowed: bool,
+    /// `max(tat, now)`: the TAT before the request.
+    pub(crate) base: u64,
+    /// `base + cost * T`: the TAT if the request is granted.
+    pub(crate) candidate: u64,
+}
+
 /// What [`Gcra::decide`] returns: the decision, and the TAT to store if anything changed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Step {
@@ -106,6 +117,18 @@ impl Gcra {
     /// Decides a request of `cost` tokens at `now` against the stored `tat` (both in ticks).
     #[inline]
     pub fn decide(&self, tat: u64, now: u64, cost: u32) -> Result<Step, GcraError> {
+        let verdict = self.verdict(tat, now, cost)?;
+        let new_tat = (verdict.allowed && cost > 0).then_some(verdict.candidate);
+        Ok(Step {
+            decision: self.report(verdict, now),
+            new_tat,
+        })
+    }
+
+    /// The decision alone: whether the request fits, and the TATs involved. Cheap, so a
+    /// compare-and-swap loop can retry it without building a [`Decision`] each time.
+    #[inline]
+    pub(crate) fn verdict(&self, tat: u64, now: u64, cost: u32) -> Result<Verdict, GcraError> {
         if cost > self.burst {
             return Err(GcraError::InsufficientCapacity {
                 cost,
@@ -114,22 +137,30 @@ impl Gcra {
         }
         let base = tat.max(now);
         let candidate = base.saturating_add(u64::from(cost) * self.interval);
-        let allowed = candidate - now <= self.window;
-        let (tat_after, new_tat, retry_after) = if allowed {
-            (candidate, (cost > 0).then_some(candidate), None)
+        Ok(Verdict {
+            allowed: candidate - now <= self.window,
+            base,
+            candidate,
+        })
+    }
+
+    /// The full [`Decision`] for a verdict reached at `now`.
+    #[inline]
+    pub(crate) fn report(&self, v: Verdict, now: u64) -> Decision {
+        let (tat_after, retry_after) = if v.allowed {
+            (v.candidate, None)
         } else {
-            (base, None, Some(self.ticks(candidate - self.window - now)))
+            (v.base, Some(self.ticks(v.candidate - self.window - now)))
         };
         let reset = tat_after - now;
         let remaining = self.whole_intervals(self.window.saturating_sub(reset));
-        let decision = Decision::new(
-            allowed,
+        Decision::new(
+            v.allowed,
             self.burst,
             remaining,
             retry_after,
             self.ticks(reset),
-        );
-        Ok(Step { decision, new_tat })
+        )
     }
 
     /// `floor(x / interval)` for `x <= window`, exact, without a hardware division on the hot path.

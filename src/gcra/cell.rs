@@ -19,12 +19,18 @@ pub(crate) fn spend(
 ) -> Result<Decision, GcraError> {
     let mut current = cell.load(Ordering::Acquire);
     loop {
-        let step = gcra.decide(current, now, cost)?;
-        let Some(new_tat) = step.new_tat else {
-            return Ok(step.decision);
-        };
-        match cell.compare_exchange_weak(current, new_tat, Ordering::AcqRel, Ordering::Acquire) {
-            Ok(_) => return Ok(step.decision),
+        // Only the cheap verdict is inside the retry loop; the decision is spelled out once.
+        let verdict = gcra.verdict(current, now, cost)?;
+        if !verdict.allowed || cost == 0 {
+            return Ok(gcra.report(verdict, now));
+        }
+        match cell.compare_exchange_weak(
+            current,
+            verdict.candidate,
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        ) {
+            Ok(_) => return Ok(gcra.report(verdict, now)),
             Err(actual) => current = actual,
         }
     }
