@@ -209,9 +209,17 @@ async fn costs_are_validated_and_large_ones_go_to_the_store() {
     let big = limiter.check(b"k", 60).await.unwrap();
     assert!(big.allowed);
     assert_eq!(store.calls(), 1);
-    let err = TwoTierLimiter::with_clock(store, TwoTierConfig::new(101), ManualClock::new(), 10)
-        .unwrap_err();
+    let err = TwoTierLimiter::with_clock(
+        store.clone(),
+        TwoTierConfig::new(101),
+        ManualClock::new(),
+        10,
+    )
+    .unwrap_err();
     assert!(err.to_string().contains("at most 100"), "{err}");
+    let err = TwoTierLimiter::with_clock(store, TwoTierConfig::new(10), ManualClock::new(), 0)
+        .unwrap_err();
+    assert!(err.to_string().contains("at least one reservoir"), "{err}");
 }
 
 /// N instances share one global quota; a client sends through all of them, round-robin.

@@ -47,6 +47,8 @@ pub enum TwoTierConfigError {
     },
     /// The maximum token age was zero: reserved tokens would be stale on arrival.
     ZeroTokenAge,
+    /// `max_keys` was 0: the limiter needs room for at least one reservoir.
+    ZeroMaxKeys,
 }
 
 impl fmt::Display for TwoTierConfigError {
@@ -62,6 +64,9 @@ impl fmt::Display for TwoTierConfigError {
                 f,
                 "two-tier refill threshold {refill_below} is not below the batch {batch}: use a threshold below the batch"
             ),
+            TwoTierConfigError::ZeroMaxKeys => {
+                f.write_str("two-tier max_keys is 0: the limiter needs room for at least one reservoir")
+            }
             TwoTierConfigError::ZeroTokenAge => {
                 f.write_str("two-tier max_token_age is zero: tokens would be stale on arrival; use a positive age")
             }

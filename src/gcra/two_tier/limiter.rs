@@ -78,7 +78,9 @@ impl<S: RateLimitStore + 'static, C: Clock + 'static> TwoTierLimiter<S, C> {
     ) -> Result<Self, TwoTierConfigError> {
         let quota = store.quota();
         let cfg = config.validate(&quota)?;
-        let max_keys = max_keys.max(1);
+        if max_keys == 0 {
+            return Err(TwoTierConfigError::ZeroMaxKeys);
+        }
         Ok(TwoTierLimiter {
             shared: Arc::new(Shared {
                 store,
