@@ -67,32 +67,13 @@ impl RedisServer {
             "no",
         ];
         RedisServer::launch(&extra, true, |dir| {
-            let status = Command::new("openssl")
-                .args([
-                    "req",
-                    "-x509",
-                    "-newkey",
-                    "rsa:2048",
-                    "-nodes",
-                    "-days",
-                    "1",
-                    "-subj",
-                    "/CN=localhost",
-                ])
-                .args([
-                    "-addext",
-                    "subjectAltName=IP:127.0.0.1",
-                    "-keyout",
-                    "key.pem",
-                    "-out",
-                    "cert.pem",
-                ])
-                .current_dir(dir)
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .status()
-                .expect("openssl must be installed");
-            assert!(status.success(), "openssl could not create a certificate");
+            // A fresh self-signed certificate for the loopback address, made in-process (rcgen),
+            // so the test needs no openssl command.
+            let names = vec!["127.0.0.1".to_string(), "localhost".to_string()];
+            let certified =
+                rcgen::generate_simple_self_signed(names).expect("a self-signed certificate");
+            std::fs::write(dir.join("cert.pem"), certified.cert.pem()).unwrap();
+            std::fs::write(dir.join("key.pem"), certified.signing_key.serialize_pem()).unwrap();
         })
     }
 
