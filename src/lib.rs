@@ -3,6 +3,7 @@
 #![forbid(unsafe_code)]
 
 pub mod backoff;
+pub mod clock;
 pub mod gcra;
 mod guard;
 pub mod vegas;

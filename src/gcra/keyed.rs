@@ -11,11 +11,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::algorithm::Gcra;
 use super::cell;
-use super::clock::{Clock, MonotonicClock};
 use super::decision::{Decision, Degradation};
 use super::error::{ConfigError, GcraError};
 use super::quota::Quota;
 use super::table::{Expiring, Table};
+use crate::clock::{Clock, MonotonicClock};
 
 /// Default [`KeyedRateLimiterBuilder::max_keys`]: 2^20 (about one million) live keys.
 pub const DEFAULT_MAX_KEYS: usize = 1 << 20;

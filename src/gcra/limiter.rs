@@ -4,10 +4,10 @@ use std::sync::atomic::AtomicU64;
 
 use super::algorithm::Gcra;
 use super::cell;
-use super::clock::{Clock, MonotonicClock};
 use super::decision::Decision;
 use super::error::GcraError;
 use super::quota::Quota;
+use crate::clock::{Clock, MonotonicClock};
 
 /// A GCRA rate limiter for a single key: one atomic word of state, one compare-and-swap per decision.
 ///

@@ -30,7 +30,6 @@
 
 mod algorithm;
 mod cell;
-mod clock;
 mod decision;
 mod error;
 mod headers;
@@ -45,8 +44,8 @@ mod store;
 mod table;
 pub mod two_tier;
 
+pub use crate::clock::{Clock, ManualClock, MonotonicClock};
 pub use algorithm::{Gcra, Step};
-pub use clock::{Clock, ManualClock, MonotonicClock};
 pub use decision::{Decision, Degradation};
 pub use error::{ConfigError, GcraError};
 pub use headers::{RATELIMIT_LIMIT, RATELIMIT_REMAINING, RATELIMIT_RESET};

@@ -4,11 +4,11 @@
 use std::future::Future;
 use std::pin::Pin;
 
-use super::clock::Clock;
 use super::decision::Decision;
 use super::error::GcraError;
 use super::keyed::KeyedRateLimiter;
 use super::quota::Quota;
+use crate::clock::Clock;
 
 /// A boxed, `Send` future, as returned by [`RateLimitStore::check`].
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;

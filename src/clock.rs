@@ -1,4 +1,6 @@
-//! Clocks: where "now" comes from. A real monotonic clock, and a manual one for tests and simulations.
+//! Clocks: where "now" comes from, for every part of the crate. A real monotonic clock, and a
+//! manual one for tests and simulations. Pure cores never read a clock; limiters read one per
+//! decision (GCRA) or per permit (Vegas), so tests inject a [`ManualClock`].
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -44,7 +46,7 @@ impl Clock for MonotonicClock {
 /// A clock that only moves when told to. Clones share the same time.
 ///
 /// ```
-/// use flowguard::gcra::{Clock, ManualClock};
+/// use flowguard::clock::{Clock, ManualClock};
 /// use std::time::Duration;
 ///
 /// let clock = ManualClock::new();
@@ -75,8 +77,12 @@ impl ManualClock {
 
     /// Sets the time since start; a value earlier than the current time is ignored (time is monotonic).
     pub fn set(&self, since_start: Duration) {
-        let to = u64::try_from(since_start.as_nanos()).unwrap_or(u64::MAX);
-        self.nanos.fetch_max(to, Ordering::AcqRel);
+        self.set_nanos(u64::try_from(since_start.as_nanos()).unwrap_or(u64::MAX));
+    }
+
+    /// Sets the time to `nanos` since start, if that is not in the past.
+    pub fn set_nanos(&self, nanos: u64) {
+        self.nanos.fetch_max(nanos, Ordering::AcqRel);
     }
 
     /// The current time since start.
