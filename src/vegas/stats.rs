@@ -130,14 +130,29 @@ impl LimiterMetrics {
         }
     }
 
-    /// Publishes the limit and in-flight count.
-    pub(crate) fn publish(&self, limit: usize, in_flight: usize) {
-        self.limit.set(limit as f64);
-        self.in_flight.set(in_flight as f64);
+    /// Publishes the starting limit and an empty in-flight count.
+    pub(crate) fn start(&self, limit: usize) {
+        self.limit_changed(limit);
+        self.in_flight.set(0.0);
     }
 
-    /// Counts one completed permit (and its RTT when successful).
-    pub(crate) fn completed(&self, outcome: Outcome, rtt: Duration) {
+    /// Publishes a new limit.
+    pub(crate) fn limit_changed(&self, limit: usize) {
+        self.limit.set(limit as f64);
+    }
+
+    /// Counts a permit handed to a caller (in-flight moves by steps, so concurrent updates
+    /// cannot leave a stale count behind).
+    pub(crate) fn granted(&self) {
+        self.in_flight.increment(1.0);
+    }
+
+    /// Counts a permit released with `outcome` after `rtt`, and the new limit if it changed.
+    pub(crate) fn released(&self, outcome: Outcome, rtt: Duration, new_limit: Option<usize>) {
+        self.in_flight.decrement(1.0);
+        if let Some(limit) = new_limit {
+            self.limit_changed(limit);
+        }
         match outcome {
             Outcome::Success => {
                 self.success.increment(1);
