@@ -15,10 +15,16 @@ pub(crate) fn low_percentile_index(len: usize) -> usize {
     if len < 2 { 0 } else { (len / 10).max(1) }
 }
 
-/// Sorts `samples` in place and returns their low percentile, or `None` if empty.
+/// Returns the low percentile of `samples` (the value a sort would put at
+/// [`low_percentile_index`], found by selection in linear time; the slice is reordered), or
+/// `None` if empty.
 pub(crate) fn low_percentile(samples: &mut [u64]) -> Option<u64> {
-    samples.sort_unstable();
-    samples.get(low_percentile_index(samples.len())).copied()
+    if samples.is_empty() {
+        return None;
+    }
+    // The index is below the length for any non-empty slice.
+    let (_, low, _) = samples.select_nth_unstable(low_percentile_index(samples.len()));
+    Some(*low)
 }
 
 /// A summary of one complete window of successful samples.
@@ -36,7 +42,7 @@ pub(crate) struct WindowSummary {
 #[derive(Debug, Clone)]
 pub(crate) struct SampleWindow {
     rtts: Vec<u64>,
-    in_flight_sum: f64,
+    in_flight_sum: u64,
 }
 
 impl SampleWindow {
@@ -44,11 +50,13 @@ impl SampleWindow {
     pub(crate) fn with_capacity(capacity: usize) -> Self {
         Self {
             rtts: Vec::with_capacity(capacity),
-            in_flight_sum: 0.0,
+            in_flight_sum: 0,
         }
     }
 
     /// Adds a sample; once the window holds `len` (>= 2) samples, summarises and empties it.
+    /// Most samples only accumulate, so that path is kept minimal.
+    #[inline]
     pub(crate) fn push(
         &mut self,
         rtt_nanos: u64,
@@ -56,12 +64,18 @@ impl SampleWindow {
         len: usize,
     ) -> Option<WindowSummary> {
         self.rtts.push(rtt_nanos.max(1));
-        self.in_flight_sum += in_flight as f64;
+        self.in_flight_sum = self.in_flight_sum.saturating_add(in_flight as u64);
         if self.rtts.len() < len.max(2) {
             return None;
         }
+        self.summarise()
+    }
+
+    /// Summarises the complete window and empties it.
+    #[inline(never)]
+    fn summarise(&mut self) -> Option<WindowSummary> {
         let samples = self.rtts.len();
-        let mean_in_flight = self.in_flight_sum / samples as f64;
+        let mean_in_flight = self.in_flight_sum as f64 / samples as f64;
         let low = low_percentile(&mut self.rtts);
         self.clear();
         low.map(|low| WindowSummary {
@@ -74,7 +88,7 @@ impl SampleWindow {
     /// Drops the samples collected so far.
     pub(crate) fn clear(&mut self) {
         self.rtts.clear();
-        self.in_flight_sum = 0.0;
+        self.in_flight_sum = 0;
     }
 }
 

@@ -344,18 +344,26 @@ impl Vegas {
         }
     }
 
-    fn on_success(&mut self, sample: &Sample, rtt: u64) {
+    /// Feeds a successful sample while tracking; answers whether the estimate or the phase may
+    /// have changed. Most samples only join the current window, so that path is kept minimal.
+    #[inline]
+    fn on_success(&mut self, sample: &Sample, rtt: u64) -> bool {
         self.samples_since_probe += 1;
-        let len = self.config.baseline_window.max(self.limit() / 2);
+        let len = self.config.baseline_window.max(self.current / 2);
+        let mut changed = false;
         if let Some(window) = self.window.push(rtt, sample.in_flight, len) {
             self.on_window(&window);
+            changed = true;
         }
-        let interval = self.config.probe_interval.saturating_mul(self.limit());
+        let interval = self.config.probe_interval.saturating_mul(self.current);
         if self.samples_since_probe >= interval {
             self.start_probe(self.congested_rounds > 0.0);
+            changed = true;
         }
+        changed
     }
 
+    #[inline(never)]
     fn on_window(&mut self, window: &WindowSummary) {
         // A much faster window means the dependency sped up; the windows that follow are loaded
         // by the limit that suited the slower dependency, so re-learn at reduced concurrency.
@@ -419,10 +427,15 @@ impl LimitAlgorithm for Vegas {
         self.samples_since_cut = self.samples_since_cut.saturating_add(1);
         let rtt = duration_nanos(sample.rtt).max(1);
         match (sample.outcome, &self.phase) {
-            (Outcome::Ignored, _) => {}
+            // Nothing the limit depends on changed.
+            (Outcome::Ignored, _) => return self.current,
+            (Outcome::Success, Phase::Tracking) => {
+                if !self.on_success(sample, rtt) {
+                    return self.current;
+                }
+            }
             (Outcome::Dropped, _) => self.on_drop(),
             (Outcome::Success, Phase::Probing { .. }) => self.on_probe_sample(sample, rtt),
-            (Outcome::Success, Phase::Tracking) => self.on_success(sample, rtt),
         }
         self.current = match self.phase {
             Phase::Probing { probe_limit, .. } => probe_limit,
