@@ -258,7 +258,8 @@ impl State {
         outcome: Outcome,
         now_nanos: u64,
     ) -> (Duration, bool) {
-        let rtt = Duration::from_nanos(now_nanos.saturating_sub(grant.start_nanos));
+        let rtt_nanos = now_nanos.saturating_sub(grant.start_nanos);
+        let rtt = Duration::from_nanos(rtt_nanos);
         occupancy.give_back();
         if self.partitions.declared() {
             self.partitions.give_back(grant.partition);
@@ -277,7 +278,7 @@ impl State {
             occupancy.set_limit(limit);
         }
         if outcome == Outcome::Success {
-            self.rtts.record(now_nanos, rtt);
+            self.rtts.record(now_nanos, rtt_nanos);
         }
         if !self.waiters.is_empty() {
             self.grant_waiters(occupancy, now_nanos);
