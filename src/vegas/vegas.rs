@@ -268,6 +268,7 @@ impl Vegas {
         self.estimate = self.config.bounds.clamp_f64(value);
     }
 
+    #[inline(never)]
     fn start_probe(&mut self, stale: bool) {
         let probe_limit = self
             .config
@@ -283,6 +284,7 @@ impl Vegas {
         };
     }
 
+    #[inline(never)]
     fn end_probe(&mut self, restore: f64, learned: Option<u64>) {
         if let Some(rtt) = learned {
             self.baseline.relearn(rtt);
@@ -294,6 +296,7 @@ impl Vegas {
         self.set_estimate(restore);
     }
 
+    #[inline(never)]
     fn on_drop(&mut self) {
         self.slow_start = false;
         self.congested_rounds = 0.0;
@@ -307,6 +310,7 @@ impl Vegas {
         }
     }
 
+    #[inline(never)]
     fn on_probe_sample(&mut self, sample: &Sample, rtt: u64) {
         let Phase::Probing {
             restore,
