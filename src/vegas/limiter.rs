@@ -170,7 +170,7 @@ impl State {
         if !self.may_grant(partition, occupancy.in_flight()) {
             return None;
         }
-        let Take::Granted { in_flight, limit } = occupancy.take(true) else {
+        let Take::Granted { in_flight, limit } = occupancy.take_arbitrated() else {
             // A lock-free grant took the last free permit meanwhile.
             return None;
         };
@@ -231,7 +231,7 @@ impl State {
             };
             // The queue is non-empty, so the arbitration flag is set: no lock-free grant
             // competes for the free permit.
-            let Take::Granted { in_flight, limit } = occupancy.take(true) else {
+            let Take::Granted { in_flight, limit } = occupancy.take_arbitrated() else {
                 break;
             };
             if self.partitions.declared() {
@@ -374,7 +374,7 @@ impl Limiter {
         let shared = &*self.shared;
         let now = shared.clock.now_nanos();
         // Uncontended: one compare-and-swap, no lock.
-        match shared.occupancy.take(false) {
+        match shared.occupancy.take_uncontended() {
             Take::Granted { in_flight, limit } => {
                 return Ok(self.permit(Grant {
                     partition,

@@ -75,9 +75,21 @@ impl Occupancy {
         in_flight_of(self.word.load(Ordering::Acquire))
     }
 
-    /// Takes one permit if one is free under the limit. Unless `arbitrated` (the caller holds the
-    /// limiter's lock and has decided it may be granted), refuses while arbitration is needed.
-    pub(crate) fn take(&self, arbitrated: bool) -> Take {
+    /// Takes one permit without the lock, if one is free under the limit and no arbitration is
+    /// needed.
+    #[inline]
+    pub(crate) fn take_uncontended(&self) -> Take {
+        self.take(false)
+    }
+
+    /// Takes one permit if one is free under the limit, for a caller that holds the limiter's
+    /// lock and has decided (arbitrated) that it may be granted.
+    pub(crate) fn take_arbitrated(&self) -> Take {
+        self.take(true)
+    }
+
+    #[inline]
+    fn take(&self, arbitrated: bool) -> Take {
         let mut word = self.word.load(Ordering::Acquire);
         loop {
             if word & ARBITRATED != 0 && !arbitrated {
@@ -145,21 +157,21 @@ mod tests {
     fn grants_up_to_the_limit_then_reports_full() {
         let occupancy = Occupancy::new(2);
         assert_eq!(
-            occupancy.take(false),
+            occupancy.take_uncontended(),
             Take::Granted {
                 in_flight: 1,
                 limit: 2
             }
         );
         assert_eq!(
-            occupancy.take(false),
+            occupancy.take_uncontended(),
             Take::Granted {
                 in_flight: 2,
                 limit: 2
             }
         );
         assert_eq!(
-            occupancy.take(false),
+            occupancy.take_uncontended(),
             Take::Full {
                 in_flight: 2,
                 limit: 2
@@ -173,11 +185,11 @@ mod tests {
     fn a_shrunk_limit_keeps_held_permits_and_grants_nothing_more() {
         let occupancy = Occupancy::new(3);
         for _ in 0..3 {
-            assert!(matches!(occupancy.take(false), Take::Granted { .. }));
+            assert!(matches!(occupancy.take_uncontended(), Take::Granted { .. }));
         }
         occupancy.set_limit(1);
         assert_eq!(
-            occupancy.take(false),
+            occupancy.take_uncontended(),
             Take::Full {
                 in_flight: 3,
                 limit: 1
@@ -185,10 +197,10 @@ mod tests {
         );
         occupancy.give_back();
         occupancy.give_back();
-        assert!(matches!(occupancy.take(false), Take::Full { .. }));
+        assert!(matches!(occupancy.take_uncontended(), Take::Full { .. }));
         occupancy.give_back();
         assert!(matches!(
-            occupancy.take(false),
+            occupancy.take_uncontended(),
             Take::Granted {
                 in_flight: 1,
                 limit: 1
@@ -200,10 +212,10 @@ mod tests {
     fn arbitration_refuses_lock_free_grants_only() {
         let occupancy = Occupancy::new(2);
         occupancy.set_arbitrated(true);
-        assert_eq!(occupancy.take(false), Take::Arbitrated);
-        assert!(matches!(occupancy.take(true), Take::Granted { .. }));
+        assert_eq!(occupancy.take_uncontended(), Take::Arbitrated);
+        assert!(matches!(occupancy.take_arbitrated(), Take::Granted { .. }));
         occupancy.set_arbitrated(false);
-        assert!(matches!(occupancy.take(false), Take::Granted { .. }));
+        assert!(matches!(occupancy.take_uncontended(), Take::Granted { .. }));
     }
 
     #[test]
@@ -211,7 +223,7 @@ mod tests {
         let occupancy = Occupancy::new(usize::MAX);
         occupancy.give_back(); // nothing held: a no-op, the limit is untouched
         assert_eq!(
-            occupancy.take(false),
+            occupancy.take_uncontended(),
             Take::Granted {
                 in_flight: 1,
                 limit: LIMIT_MAX as usize
