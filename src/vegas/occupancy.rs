@@ -117,15 +117,15 @@ impl Occupancy {
         }
     }
 
-    /// Returns one permit taken with [`take`](Self::take).
+    /// Returns one permit taken with [`take_uncontended`](Self::take_uncontended) or
+    /// [`take_arbitrated`](Self::take_arbitrated).
+    #[inline]
     pub(crate) fn give_back(&self) {
-        // Every permit is given back once (the permit's `finished` flag, the waiter's slot), so
-        // the count is positive here; checked anyway so a bug cannot borrow from the limit bits.
-        let _ = self
-            .word
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |word| {
-                (word & IN_FLIGHT_MASK != 0).then(|| word - 1)
-            });
+        // A `Grant` only comes from a successful take and is released exactly once (the permit's
+        // `finished` flag, the waiter's slot), so the count is positive here and the decrement
+        // cannot borrow from the limit bits.
+        let before = self.word.fetch_sub(1, Ordering::AcqRel);
+        debug_assert!(before & IN_FLIGHT_MASK != 0, "a permit given back twice");
     }
 
     /// Puts `limit` in force; permits already held stay held.
@@ -221,7 +221,6 @@ mod tests {
     #[test]
     fn a_huge_limit_is_enforced_as_the_largest_the_word_holds() {
         let occupancy = Occupancy::new(usize::MAX);
-        occupancy.give_back(); // nothing held: a no-op, the limit is untouched
         assert_eq!(
             occupancy.take_uncontended(),
             Take::Granted {
