@@ -1,14 +1,17 @@
 //! Uncontended acquire + release: flowguard's limiter (RTT measured, sample fed to Vegas) against
 //! tokio's semaphore, side by side in one process.
 //!
-//! `flowguard` / `tokio_semaphore` use `try_acquire`; the `_async` pair awaits `acquire`;
-//! `flowguard_manual_clock` isolates the limiter's own cost from the RTT clock reads;
-//! `tokio_semaphore_owned` is tokio's `Arc`-holding permit, the closer peer of flowguard's.
+//! The headline pair is the async API on both sides: `flowguard` awaits `Limiter::acquire` and
+//! finishes the permit with `success()`; `tokio_semaphore` awaits `Semaphore::acquire` and drops
+//! the permit. The `_try` functions are the same round trip through the non-waiting calls;
+//! `flowguard_try_manual_clock` isolates the limiter's own cost from the two clock reads that
+//! measure each RTT; `tokio_semaphore_owned_try` is tokio's `Arc`-holding permit, the closer peer
+//! of flowguard's. The ratio of the headline pair is printed at the end.
 
 use std::hint::black_box;
 use std::time::Duration;
 
-use criterion::{Criterion, criterion_group, criterion_main};
+use criterion::{Criterion, criterion_group};
 use flowguard::vegas::{LimitBounds, Limiter, ManualClock, Vegas, VegasConfig};
 use tokio::sync::Semaphore;
 
@@ -33,48 +36,6 @@ fn acquire_release(c: &mut Criterion) {
 
     let flowguard = limiter();
     group.bench_function("flowguard", |b| {
-        b.iter(|| {
-            let permit = flowguard.try_acquire().expect("uncontended");
-            black_box(&permit);
-            permit.success();
-        })
-    });
-    // The same with a clock that costs nothing: the limiter's own overhead, without the two
-    // clock reads that measure each RTT.
-    let no_clock = Limiter::builder(vegas())
-        .clock(ManualClock::new())
-        .build()
-        .expect("valid limiter");
-    group.bench_function("flowguard_manual_clock", |b| {
-        b.iter(|| {
-            let permit = no_clock.try_acquire().expect("uncontended");
-            black_box(&permit);
-            permit.success();
-        })
-    });
-    let semaphore = Semaphore::new(100);
-    group.bench_function("tokio_semaphore", |b| {
-        b.iter(|| {
-            let permit = semaphore.try_acquire().expect("uncontended");
-            black_box(&permit);
-            drop(permit);
-        })
-    });
-
-    // tokio's owned permit holds an `Arc` like flowguard's permit does.
-    let shared = std::sync::Arc::new(Semaphore::new(100));
-    group.bench_function("tokio_semaphore_owned", |b| {
-        b.iter(|| {
-            let permit = std::sync::Arc::clone(&shared)
-                .try_acquire_owned()
-                .expect("uncontended");
-            black_box(&permit);
-            drop(permit);
-        })
-    });
-
-    let flowguard = limiter();
-    group.bench_function("flowguard_async", |b| {
         b.to_async(&runtime).iter(|| async {
             let permit = flowguard
                 .acquire(Duration::from_secs(1))
@@ -85,9 +46,51 @@ fn acquire_release(c: &mut Criterion) {
         })
     });
     let semaphore = Semaphore::new(100);
-    group.bench_function("tokio_semaphore_async", |b| {
+    group.bench_function("tokio_semaphore", |b| {
         b.to_async(&runtime).iter(|| async {
             let permit = semaphore.acquire().await.expect("open");
+            black_box(&permit);
+            drop(permit);
+        })
+    });
+
+    let flowguard = limiter();
+    group.bench_function("flowguard_try", |b| {
+        b.iter(|| {
+            let permit = flowguard.try_acquire().expect("uncontended");
+            black_box(&permit);
+            permit.success();
+        })
+    });
+    let semaphore = Semaphore::new(100);
+    group.bench_function("tokio_semaphore_try", |b| {
+        b.iter(|| {
+            let permit = semaphore.try_acquire().expect("uncontended");
+            black_box(&permit);
+            drop(permit);
+        })
+    });
+
+    // The same with a clock that costs nothing: the limiter's own overhead, without the two
+    // clock reads that measure each RTT.
+    let no_clock = Limiter::builder(vegas())
+        .clock(ManualClock::new())
+        .build()
+        .expect("valid limiter");
+    group.bench_function("flowguard_try_manual_clock", |b| {
+        b.iter(|| {
+            let permit = no_clock.try_acquire().expect("uncontended");
+            black_box(&permit);
+            permit.success();
+        })
+    });
+    // tokio's owned permit holds an `Arc` like flowguard's permit does.
+    let shared = std::sync::Arc::new(Semaphore::new(100));
+    group.bench_function("tokio_semaphore_owned_try", |b| {
+        b.iter(|| {
+            let permit = std::sync::Arc::clone(&shared)
+                .try_acquire_owned()
+                .expect("uncontended");
             black_box(&permit);
             drop(permit);
         })
@@ -95,5 +98,33 @@ fn acquire_release(c: &mut Criterion) {
     group.finish();
 }
 
+/// Reads criterion's point estimate (mean, ns) for `acquire_release/function` from this run.
+fn mean_ns(function: &str) -> Option<f64> {
+    let dir = std::env::var("CARGO_TARGET_DIR").unwrap_or_else(|_| "target".into());
+    let path = format!("{dir}/criterion/acquire_release/{function}/new/estimates.json");
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(path).ok()?).ok()?;
+    json["mean"]["point_estimate"].as_f64()
+}
+
 criterion_group!(benches, acquire_release);
-criterion_main!(benches);
+
+fn main() {
+    benches();
+    Criterion::default().configure_from_args().final_summary();
+    if std::env::args().any(|a| a == "--list" || a == "--test") {
+        return;
+    }
+    println!();
+    for (ours, theirs) in [
+        ("flowguard", "tokio_semaphore"),
+        ("flowguard_try", "tokio_semaphore_try"),
+    ] {
+        if let (Some(f), Some(t)) = (mean_ns(ours), mean_ns(theirs)) {
+            println!(
+                "ratio {ours}/{theirs} = {:.2} ({f:.1} ns / {t:.1} ns)",
+                f / t
+            );
+        }
+    }
+}

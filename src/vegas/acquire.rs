@@ -10,7 +10,7 @@ use std::task::{Context, Poll, Waker};
 
 use parking_lot::Mutex;
 
-use super::limiter::{Grant, Limiter, QueueOrder};
+use super::limiter::{Grant, Limiter};
 use super::partition::PartitionId;
 use super::permit::Permit;
 
@@ -67,9 +67,9 @@ impl Future for WaitForPermit<'_> {
         let now = this.limiter.now_nanos();
         let mut state = this.limiter.shared.state.lock();
         let Some(waiter) = &this.waiter else {
-            if let Some(grant) = Limiter::grant_now(&mut state, this.partition, now) {
+            if let Some(grant) = this.limiter.grant_now(&mut state, this.partition, now) {
                 drop(state);
-                return Poll::Ready(Permit::new(this.limiter.clone(), grant));
+                return Poll::Ready(this.limiter.permit(grant));
             }
             let waiter = Arc::new(Waiter {
                 partition: this.partition,
@@ -78,10 +78,11 @@ impl Future for WaitForPermit<'_> {
                     waker: cx.waker().clone(),
                 }),
             });
-            match this.limiter.shared.order {
-                QueueOrder::Fifo => state.waiters.push_back(Arc::clone(&waiter)),
-                QueueOrder::Lifo => state.waiters.push_front(Arc::clone(&waiter)),
-            }
+            state.enqueue(
+                this.limiter.occupancy(),
+                Arc::clone(&waiter),
+                this.limiter.shared.order,
+            );
             this.waiter = Some(waiter);
             return Poll::Pending;
         };
@@ -90,7 +91,7 @@ impl Future for WaitForPermit<'_> {
             drop(slot);
             drop(state);
             this.waiter = None;
-            return Poll::Ready(Permit::new(this.limiter.clone(), grant));
+            return Poll::Ready(this.limiter.permit(grant));
         }
         if !slot.waker.will_wake(cx.waker()) {
             slot.waker = cx.waker().clone();
@@ -108,8 +109,8 @@ impl Drop for WaitForPermit<'_> {
         let mut state = self.limiter.shared.state.lock();
         let granted = waiter.slot.lock().grant.take();
         match granted {
-            Some(grant) => Limiter::release_unclaimed(&mut state, &grant, now),
-            None => state.waiters.retain(|queued| !Arc::ptr_eq(queued, &waiter)),
+            Some(grant) => self.limiter.release_unclaimed(state, &grant, now),
+            None => state.dequeue(self.limiter.occupancy(), &waiter),
         }
     }
 }

@@ -15,10 +15,42 @@ pub(crate) fn low_percentile_index(len: usize) -> usize {
     if len < 2 { 0 } else { (len / 10).max(1) }
 }
 
-/// Sorts `samples` in place and returns their low percentile, or `None` if empty.
+/// Ranks up to this one are found by a single pass that keeps the lowest values seen.
+const SMALL_RANK: usize = 4;
+
+/// Returns the low percentile of `samples` (the value a sort would put at
+/// [`low_percentile_index`]; the slice may be reordered), or `None` if empty.
 pub(crate) fn low_percentile(samples: &mut [u64]) -> Option<u64> {
-    samples.sort_unstable();
-    samples.get(low_percentile_index(samples.len())).copied()
+    if samples.is_empty() {
+        return None;
+    }
+    let rank = low_percentile_index(samples.len());
+    if rank < SMALL_RANK {
+        return Some(nth_lowest_small(samples, rank));
+    }
+    // Selection in linear time; the rank is below the length of a non-empty slice.
+    let (_, low, _) = samples.select_nth_unstable(rank);
+    Some(*low)
+}
+
+/// The value at `rank` (< `SMALL_RANK`) in sorted order: one pass keeping the `rank + 1`
+/// lowest values seen, in order. Windows of under 40 samples need at most the fourth lowest, so
+/// this is cheaper than a general selection for them.
+fn nth_lowest_small(samples: &[u64], rank: usize) -> u64 {
+    let mut lowest = [u64::MAX; SMALL_RANK];
+    let last = rank.min(SMALL_RANK - 1);
+    for &value in samples {
+        if value >= lowest[last] {
+            continue;
+        }
+        let mut slot = last;
+        while slot > 0 && lowest[slot - 1] > value {
+            lowest[slot] = lowest[slot - 1];
+            slot -= 1;
+        }
+        lowest[slot] = value;
+    }
+    lowest[last]
 }
 
 /// A summary of one complete window of successful samples.
@@ -36,7 +68,7 @@ pub(crate) struct WindowSummary {
 #[derive(Debug, Clone)]
 pub(crate) struct SampleWindow {
     rtts: Vec<u64>,
-    in_flight_sum: f64,
+    in_flight_sum: u64,
 }
 
 impl SampleWindow {
@@ -44,11 +76,13 @@ impl SampleWindow {
     pub(crate) fn with_capacity(capacity: usize) -> Self {
         Self {
             rtts: Vec::with_capacity(capacity),
-            in_flight_sum: 0.0,
+            in_flight_sum: 0,
         }
     }
 
     /// Adds a sample; once the window holds `len` (>= 2) samples, summarises and empties it.
+    /// Most samples only accumulate, so that path is kept minimal.
+    #[inline]
     pub(crate) fn push(
         &mut self,
         rtt_nanos: u64,
@@ -56,12 +90,18 @@ impl SampleWindow {
         len: usize,
     ) -> Option<WindowSummary> {
         self.rtts.push(rtt_nanos.max(1));
-        self.in_flight_sum += in_flight as f64;
+        self.in_flight_sum = self.in_flight_sum.saturating_add(in_flight as u64);
         if self.rtts.len() < len.max(2) {
             return None;
         }
+        self.summarise()
+    }
+
+    /// Summarises the complete window and empties it.
+    #[inline(never)]
+    fn summarise(&mut self) -> Option<WindowSummary> {
         let samples = self.rtts.len();
-        let mean_in_flight = self.in_flight_sum / samples as f64;
+        let mean_in_flight = self.in_flight_sum as f64 / samples as f64;
         let low = low_percentile(&mut self.rtts);
         self.clear();
         low.map(|low| WindowSummary {
@@ -74,7 +114,7 @@ impl SampleWindow {
     /// Drops the samples collected so far.
     pub(crate) fn clear(&mut self) {
         self.rtts.clear();
-        self.in_flight_sum = 0.0;
+        self.in_flight_sum = 0;
     }
 }
 
@@ -115,6 +155,30 @@ impl Baseline {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn low_percentile_is_the_sorted_value_at_its_index() {
+        let mut state = 7u64;
+        for len in 1..120 {
+            let mut samples: Vec<u64> = (0..len)
+                .map(|_| {
+                    state = state
+                        .wrapping_mul(6_364_136_223_846_793_005)
+                        .wrapping_add(1);
+                    // Few distinct values, so ties are common.
+                    (state >> 40) % 50
+                })
+                .collect();
+            let mut sorted = samples.clone();
+            sorted.sort_unstable();
+            assert_eq!(
+                low_percentile(&mut samples),
+                Some(sorted[low_percentile_index(len)]),
+                "{len}"
+            );
+        }
+        assert_eq!(low_percentile(&mut []), None);
+    }
 
     #[test]
     fn one_outlier_does_not_become_the_window_low() {

@@ -4,6 +4,7 @@
 //! the real one (TSC-backed through `quanta`, cheap enough for every permit); [`ManualClock`] is
 //! advanced by hand in tests and simulations.
 
+use std::any::Any;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -36,6 +37,7 @@ impl Default for SystemClock {
 }
 
 impl Clock for SystemClock {
+    #[inline]
     fn now_nanos(&self) -> u64 {
         self.clock.delta_as_nanos(self.origin, self.clock.raw())
     }
@@ -80,7 +82,73 @@ impl ManualClock {
 }
 
 impl Clock for ManualClock {
+    #[inline]
     fn now_nanos(&self) -> u64 {
         self.nanos.load(Ordering::Acquire)
+    }
+}
+
+/// The clock a limiter reads: the two built-in clocks are called directly (no dynamic dispatch
+/// on the permit path), any other [`Clock`] through a trait object.
+#[derive(Clone)]
+pub(crate) enum LimiterClock {
+    /// [`SystemClock`].
+    System(SystemClock),
+    /// [`ManualClock`].
+    Manual(ManualClock),
+    /// Any other clock.
+    Custom(Arc<dyn Clock>),
+}
+
+impl LimiterClock {
+    /// Wraps `clock`, recognising the built-in clocks.
+    pub(crate) fn of<C: Clock>(clock: C) -> Self {
+        let any: &dyn Any = &clock;
+        if let Some(system) = any.downcast_ref::<SystemClock>() {
+            Self::System(system.clone())
+        } else if let Some(manual) = any.downcast_ref::<ManualClock>() {
+            Self::Manual(manual.clone())
+        } else {
+            Self::Custom(Arc::new(clock))
+        }
+    }
+
+    /// Nanoseconds since the clock's origin.
+    #[inline]
+    pub(crate) fn now_nanos(&self) -> u64 {
+        match self {
+            Self::System(clock) => clock.now_nanos(),
+            Self::Manual(clock) => clock.now_nanos(),
+            Self::Custom(clock) => clock.now_nanos(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Fixed(u64);
+
+    impl Clock for Fixed {
+        fn now_nanos(&self) -> u64 {
+            self.0
+        }
+    }
+
+    #[test]
+    fn built_in_clocks_are_recognised_and_others_kept() {
+        assert!(matches!(
+            LimiterClock::of(SystemClock::new()),
+            LimiterClock::System(_)
+        ));
+        let manual = ManualClock::new();
+        let wrapped = LimiterClock::of(manual.clone());
+        manual.advance(std::time::Duration::from_nanos(7));
+        assert!(matches!(wrapped, LimiterClock::Manual(_)));
+        assert_eq!(wrapped.now_nanos(), 7, "shares the caller's manual clock");
+        let custom = LimiterClock::of(Fixed(42));
+        assert!(matches!(custom, LimiterClock::Custom(_)));
+        assert_eq!(custom.now_nanos(), 42);
     }
 }

@@ -8,8 +8,9 @@ use parking_lot::Mutex;
 
 use super::acquire::{WaitForPermit, Waiter};
 use super::algorithm::{LimitAlgorithm, Outcome, Sample};
-use super::clock::{Clock, SystemClock};
+use super::clock::{Clock, LimiterClock, SystemClock};
 use super::error::{AcquireError, ConfigError};
+use super::occupancy::{Occupancy, Take};
 use super::partition::{PartitionId, Partitions};
 use super::permit::Permit;
 use super::stats::{LimiterMetrics, LimiterSnapshot, RttWindow};
@@ -28,7 +29,7 @@ pub enum QueueOrder {
 /// Configures and builds a [`Limiter`].
 pub struct LimiterBuilder {
     algorithm: Box<dyn LimitAlgorithm>,
-    clock: Arc<dyn Clock>,
+    clock: LimiterClock,
     order: QueueOrder,
     name: String,
     partitions: Vec<(String, f64)>,
@@ -50,7 +51,7 @@ impl std::fmt::Debug for LimiterBuilder {
 impl LimiterBuilder {
     /// Reads time from `clock` to measure round trips (default: [`SystemClock`]).
     pub fn clock(mut self, clock: impl Clock) -> Self {
-        self.clock = Arc::new(clock);
+        self.clock = LimiterClock::of(clock);
         self
     }
 
@@ -95,17 +96,21 @@ impl LimiterBuilder {
             });
         }
         let metrics = LimiterMetrics::register(&self.name);
-        metrics.publish(limit, 0);
+        metrics.start(limit);
+        let occupancy = Occupancy::new(limit);
+        let mut state = State {
+            algorithm: self.algorithm,
+            limit,
+            partitions,
+            waiters: VecDeque::new(),
+            arbitrated: false,
+            rtts: RttWindow::new(self.stats_window),
+        };
+        state.sync_arbitration(&occupancy);
         Ok(Limiter {
             shared: Arc::new(Shared {
-                state: Mutex::new(State {
-                    algorithm: self.algorithm,
-                    limit,
-                    in_flight: 0,
-                    partitions,
-                    waiters: VecDeque::new(),
-                    rtts: RttWindow::new(self.stats_window),
-                }),
+                occupancy,
+                state: Mutex::new(state),
                 clock: self.clock,
                 order: self.order,
                 metrics,
@@ -114,7 +119,7 @@ impl LimiterBuilder {
     }
 }
 
-/// What a queued caller or a `try_acquire` was granted, under the lock.
+/// What a queued caller or a `try_acquire` was granted.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Grant {
     pub(crate) partition: PartitionId,
@@ -123,69 +128,143 @@ pub(crate) struct Grant {
     pub(crate) start_nanos: u64,
 }
 
+/// Limiter state behind the lock. The permit count lives in [`Occupancy`] beside it: it is
+/// incremented without the lock by uncontended grants, and only ever decremented under it.
 pub(crate) struct State {
     algorithm: Box<dyn LimitAlgorithm>,
     limit: usize,
-    in_flight: usize,
     partitions: Partitions,
-    pub(crate) waiters: VecDeque<Arc<Waiter>>,
+    waiters: VecDeque<Arc<Waiter>>,
+    /// Whether the occupancy word's arbitration flag is set (partitions declared or waiters).
+    arbitrated: bool,
     rtts: RttWindow,
 }
 
 impl State {
-    /// Whether `partition` may take a permit now: room under the limit, and no queued caller with
-    /// a better claim (anyone queued, unless `partition` is below its guarantee and no queued
-    /// caller is).
-    fn may_grant(&self, partition: PartitionId) -> bool {
-        if self.in_flight >= self.limit {
+    /// Whether `partition` may take a permit now, with `in_flight` held: room under the limit,
+    /// and no queued caller with a better claim (anyone queued, unless `partition` is below its
+    /// guarantee and no queued caller is).
+    fn may_grant(&self, partition: PartitionId, in_flight: usize) -> bool {
+        if in_flight >= self.limit {
             return false;
         }
         if self.waiters.is_empty() {
             return true;
         }
-        self.partitions.below_guarantee(partition, self.limit)
+        // Without declared partitions every caller has the same claim, and the queue was first.
+        self.partitions.declared()
+            && self.partitions.below_guarantee(partition, self.limit)
             && !self
                 .waiters
                 .iter()
                 .any(|w| self.partitions.below_guarantee(w.partition(), self.limit))
     }
 
-    /// Takes a permit; callers have checked `in_flight < limit`.
-    fn grant(&mut self, partition: PartitionId, now_nanos: u64) -> Grant {
-        debug_assert!(self.in_flight < self.limit, "grant beyond the limit");
-        self.in_flight += 1;
-        self.partitions.take(partition);
-        Grant {
+    /// Takes a permit for `partition` if it may have one (see [`may_grant`](Self::may_grant)).
+    fn grant(
+        &mut self,
+        occupancy: &Occupancy,
+        partition: PartitionId,
+        now_nanos: u64,
+    ) -> Option<Grant> {
+        if !self.may_grant(partition, occupancy.in_flight()) {
+            return None;
+        }
+        let Take::Granted { in_flight, limit } = occupancy.take_arbitrated() else {
+            // A lock-free grant took the last free permit meanwhile.
+            return None;
+        };
+        if self.partitions.declared() {
+            self.partitions.take(partition);
+        }
+        Some(Grant {
             partition,
-            in_flight: self.in_flight,
-            limit: self.limit,
+            in_flight,
+            limit,
             start_nanos: now_nanos,
+        })
+    }
+
+    /// Queues a caller: first in line (LIFO) or last (FIFO).
+    pub(crate) fn enqueue(
+        &mut self,
+        occupancy: &Occupancy,
+        waiter: Arc<Waiter>,
+        order: QueueOrder,
+    ) {
+        match order {
+            QueueOrder::Fifo => self.waiters.push_back(waiter),
+            QueueOrder::Lifo => self.waiters.push_front(waiter),
+        }
+        self.sync_arbitration(occupancy);
+    }
+
+    /// Removes a caller that left the queue.
+    pub(crate) fn dequeue(&mut self, occupancy: &Occupancy, waiter: &Arc<Waiter>) {
+        self.waiters.retain(|queued| !Arc::ptr_eq(queued, waiter));
+        self.sync_arbitration(occupancy);
+    }
+
+    /// Sets the occupancy's arbitration flag iff partitions are declared or callers wait.
+    fn sync_arbitration(&mut self, occupancy: &Occupancy) {
+        let arbitrated = self.partitions.declared() || !self.waiters.is_empty();
+        if arbitrated != self.arbitrated {
+            self.arbitrated = arbitrated;
+            occupancy.set_arbitrated(arbitrated);
         }
     }
 
     /// Grants queued callers while there is room: first those below their guarantee, in queue
     /// order, then the rest in queue order.
-    fn grant_waiters(&mut self, now_nanos: u64) {
-        while self.in_flight < self.limit {
-            let below = self
-                .waiters
-                .iter()
-                .position(|w| self.partitions.below_guarantee(w.partition(), self.limit));
-            let next = below.or_else(|| (!self.waiters.is_empty()).then_some(0));
-            let Some(waiter) = next.and_then(|index| self.waiters.remove(index)) else {
-                return;
+    fn grant_waiters(&mut self, occupancy: &Occupancy, now_nanos: u64) {
+        while !self.waiters.is_empty() && occupancy.in_flight() < self.limit {
+            let below = if self.partitions.declared() {
+                self.waiters
+                    .iter()
+                    .position(|w| self.partitions.below_guarantee(w.partition(), self.limit))
+            } else {
+                None
             };
-            let grant = self.grant(waiter.partition(), now_nanos);
-            waiter.fulfil(grant);
+            let index = below.unwrap_or(0);
+            let Some(partition) = self.waiters.get(index).map(|w| w.partition()) else {
+                break;
+            };
+            // The queue is non-empty, so the arbitration flag is set: no lock-free grant
+            // competes for the free permit.
+            let Take::Granted { in_flight, limit } = occupancy.take_arbitrated() else {
+                break;
+            };
+            if self.partitions.declared() {
+                self.partitions.take(partition);
+            }
+            if let Some(waiter) = self.waiters.remove(index) {
+                waiter.fulfil(Grant {
+                    partition,
+                    in_flight,
+                    limit,
+                    start_nanos: now_nanos,
+                });
+            }
         }
+        self.sync_arbitration(occupancy);
     }
 
-    /// Returns a permit and feeds its sample to the algorithm.
-    fn release(&mut self, grant: &Grant, outcome: Outcome, now_nanos: u64) -> Duration {
-        let rtt = Duration::from_nanos(now_nanos.saturating_sub(grant.start_nanos));
-        self.in_flight = self.in_flight.saturating_sub(1);
-        self.partitions.give_back(grant.partition);
-        self.limit = self
+    /// Returns a permit and feeds its sample to the algorithm; answers the RTT and whether the
+    /// limit changed.
+    fn release(
+        &mut self,
+        occupancy: &Occupancy,
+        grant: &Grant,
+        outcome: Outcome,
+        now_nanos: u64,
+    ) -> (Duration, bool) {
+        let rtt_nanos = now_nanos.saturating_sub(grant.start_nanos);
+        let rtt = Duration::from_nanos(rtt_nanos);
+        occupancy.give_back();
+        if self.partitions.declared() {
+            self.partitions.give_back(grant.partition);
+        }
+        let limit = self
             .algorithm
             .update(&Sample {
                 rtt,
@@ -193,17 +272,25 @@ impl State {
                 outcome,
             })
             .max(1);
-        if outcome == Outcome::Success {
-            self.rtts.record(now_nanos, rtt);
+        let changed = limit != self.limit;
+        if changed {
+            self.limit = limit;
+            occupancy.set_limit(limit);
         }
-        self.grant_waiters(now_nanos);
-        rtt
+        if outcome == Outcome::Success {
+            self.rtts.record(now_nanos, rtt_nanos);
+        }
+        if !self.waiters.is_empty() {
+            self.grant_waiters(occupancy, now_nanos);
+        }
+        (rtt, changed)
     }
 }
 
 pub(crate) struct Shared {
+    occupancy: Occupancy,
     pub(crate) state: Mutex<State>,
-    clock: Arc<dyn Clock>,
+    clock: LimiterClock,
     pub(crate) order: QueueOrder,
     metrics: LimiterMetrics,
 }
@@ -215,6 +302,10 @@ pub(crate) struct Shared {
 /// fewer than `limit` are held, so in-flight never exceeds the limit; when the limit shrinks
 /// below the permits already held, no new permit is granted until enough complete. When the
 /// limit grows, queued callers are woken at once.
+///
+/// Cost: while nobody is queued and no partitions are declared, a grant is one compare-and-swap
+/// on a word holding both the count and the limit (no lock); every release takes a short lock to
+/// feed its sample to the algorithm and the RTT statistics, and to serve queued callers.
 ///
 /// ```
 /// use flowguard::vegas::{Limiter, Vegas, VegasConfig};
@@ -238,7 +329,7 @@ impl std::fmt::Debug for Limiter {
         f.debug_struct("Limiter")
             .field("algorithm", &state.algorithm.name())
             .field("limit", &state.limit)
-            .field("in_flight", &state.in_flight)
+            .field("in_flight", &self.shared.occupancy.in_flight())
             .field("waiting", &state.waiters.len())
             .finish()
     }
@@ -254,7 +345,7 @@ impl Limiter {
     pub fn builder(algorithm: impl LimitAlgorithm) -> LimiterBuilder {
         LimiterBuilder {
             algorithm: Box::new(algorithm),
-            clock: Arc::new(SystemClock::new()),
+            clock: LimiterClock::System(SystemClock::new()),
             order: QueueOrder::Fifo,
             name: "default".to_owned(),
             partitions: Vec::new(),
@@ -269,7 +360,7 @@ impl Limiter {
 
     /// Permits held now.
     pub fn in_flight(&self) -> usize {
-        self.shared.state.lock().in_flight
+        self.shared.occupancy.in_flight()
     }
 
     /// The partition called `name`, if declared (`"default"` always exists).
@@ -284,19 +375,34 @@ impl Limiter {
 
     /// [`try_acquire`](Self::try_acquire) on behalf of `partition`.
     pub fn try_acquire_in(&self, partition: PartitionId) -> Result<Permit, AcquireError> {
-        let now = self.shared.clock.now_nanos();
-        let mut state = self.shared.state.lock();
-        if !state.may_grant(partition) {
-            return Err(AcquireError::Full {
-                limit: state.limit,
-                in_flight: state.in_flight,
-            });
+        let shared = &*self.shared;
+        // Uncontended: one compare-and-swap, no lock; the round trip starts once granted.
+        match shared.occupancy.take_uncontended() {
+            Take::Granted { in_flight, limit } => {
+                return Ok(self.permit(Grant {
+                    partition,
+                    in_flight,
+                    limit,
+                    start_nanos: shared.clock.now_nanos(),
+                }));
+            }
+            Take::Full { in_flight, limit } => {
+                return Err(AcquireError::Full { limit, in_flight });
+            }
+            Take::Arbitrated => {}
         }
-        let grant = state.grant(partition, now);
-        let limit = state.limit;
-        drop(state);
-        self.shared.metrics.publish(limit, grant.in_flight);
-        Ok(Permit::new(self.clone(), grant))
+        let now = shared.clock.now_nanos();
+        let mut state = shared.state.lock();
+        match state.grant(&shared.occupancy, partition, now) {
+            Some(grant) => {
+                drop(state);
+                Ok(self.permit(grant))
+            }
+            None => Err(AcquireError::Full {
+                limit: state.limit,
+                in_flight: shared.occupancy.in_flight(),
+            }),
+        }
     }
 
     /// Waits up to `timeout` for a permit (queued in the configured [`QueueOrder`]). Dropping the
@@ -326,14 +432,16 @@ impl Limiter {
         let now = self.shared.clock.now_nanos();
         let mut state = self.shared.state.lock();
         let (samples, rtt_p50, rtt_p99) = state.rtts.summary(now);
+        // Read under the lock: no release (decrement) can interleave.
+        let in_flight = self.shared.occupancy.in_flight();
         LimiterSnapshot {
             limit: state.limit,
-            in_flight: state.in_flight,
+            in_flight,
             waiting: state.waiters.len(),
             samples,
             rtt_p50,
             rtt_p99,
-            partitions: state.partitions.summary(),
+            partitions: state.partitions.summary(in_flight),
         }
     }
 
@@ -342,30 +450,123 @@ impl Limiter {
         self.shared.clock.now_nanos()
     }
 
+    /// The occupancy word (permits held and the limit).
+    pub(crate) fn occupancy(&self) -> &Occupancy {
+        &self.shared.occupancy
+    }
+
     /// Tries to grant `partition` at once, under the lock held by the caller.
     pub(crate) fn grant_now(
+        &self,
         state: &mut State,
         partition: PartitionId,
         now_nanos: u64,
     ) -> Option<Grant> {
-        state
-            .may_grant(partition)
-            .then(|| state.grant(partition, now_nanos))
+        state.grant(&self.shared.occupancy, partition, now_nanos)
+    }
+
+    /// Hands `grant` to its caller as a permit.
+    pub(crate) fn permit(&self, grant: Grant) -> Permit {
+        self.shared.metrics.granted();
+        Permit::new(self.clone(), grant)
     }
 
     /// Returns a permit with `outcome` and feeds the algorithm.
     pub(crate) fn release(&self, grant: &Grant, outcome: Outcome) {
-        let now = self.shared.clock.now_nanos();
-        let mut state = self.shared.state.lock();
-        let rtt = state.release(grant, outcome, now);
-        let (limit, in_flight) = (state.limit, state.in_flight);
+        let shared = &*self.shared;
+        let now = shared.clock.now_nanos();
+        let mut state = shared.state.lock();
+        let (rtt, changed) = state.release(&shared.occupancy, grant, outcome, now);
+        let limit = changed.then_some(state.limit);
         drop(state);
-        self.shared.metrics.publish(limit, in_flight);
-        self.shared.metrics.completed(outcome, rtt);
+        shared.metrics.released(outcome, rtt, limit);
     }
 
-    /// Returns, under the caller's lock, a permit that was granted to a caller that left.
-    pub(crate) fn release_unclaimed(state: &mut State, grant: &Grant, now_nanos: u64) {
-        state.release(grant, Outcome::Ignored, now_nanos);
+    /// Returns, under the caller's lock (consumed), a permit that was granted to a caller that
+    /// left before taking it.
+    pub(crate) fn release_unclaimed(
+        &self,
+        mut state: parking_lot::MutexGuard<'_, State>,
+        grant: &Grant,
+        now_nanos: u64,
+    ) {
+        let (_, changed) =
+            state.release(&self.shared.occupancy, grant, Outcome::Ignored, now_nanos);
+        let limit = state.limit;
+        drop(state);
+        if changed {
+            self.shared.metrics.limit_changed(limit);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use super::*;
+
+    /// Flips the limit between 1 and 4 on every sample, so lock-free grants race limit cuts.
+    struct Flapping(usize);
+
+    impl LimitAlgorithm for Flapping {
+        fn name(&self) -> &'static str {
+            "flapping"
+        }
+
+        fn limit(&self) -> usize {
+            self.0
+        }
+
+        fn update(&mut self, _: &Sample) -> usize {
+            self.0 = if self.0 == 1 { 4 } else { 1 };
+            self.0
+        }
+    }
+
+    #[test]
+    fn lock_free_grants_race_cuts_and_queued_callers_without_exceeding_the_limit() {
+        let limiter = Limiter::new(Flapping(4)).unwrap();
+        let held = Arc::new(AtomicUsize::new(0));
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(4)
+            .enable_time()
+            .build()
+            .unwrap();
+        let tasks: Vec<_> = (0..8)
+            .map(|task| {
+                let (limiter, held) = (limiter.clone(), Arc::clone(&held));
+                runtime.spawn(async move {
+                    for round in 0..2_000 {
+                        let permit = if (task + round) % 2 == 0 {
+                            match limiter.try_acquire() {
+                                Ok(permit) => permit,
+                                Err(_) => continue,
+                            }
+                        } else {
+                            // A lost wake-up would leave this caller queued with capacity free.
+                            limiter
+                                .acquire(Duration::from_secs(600))
+                                .await
+                                .expect("a queued caller is served once capacity frees up")
+                        };
+                        assert!(permit.in_flight_at_grant() <= permit.limit_at_grant());
+                        assert!(held.fetch_add(1, Ordering::SeqCst) < 4, "beyond the max");
+                        if round % 3 == 0 {
+                            tokio::task::yield_now().await;
+                        }
+                        held.fetch_sub(1, Ordering::SeqCst);
+                        permit.success();
+                    }
+                })
+            })
+            .collect();
+        runtime.block_on(async {
+            for task in tasks {
+                task.await.unwrap();
+            }
+        });
+        let snapshot = limiter.snapshot();
+        assert_eq!((snapshot.in_flight, snapshot.waiting), (0, 0));
     }
 }

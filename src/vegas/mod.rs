@@ -42,6 +42,7 @@ mod error;
 mod fixed;
 mod gradient;
 mod limiter;
+mod occupancy;
 pub mod partition;
 mod permit;
 pub mod stats;

@@ -65,6 +65,13 @@ impl Partitions {
         })
     }
 
+    /// Whether partitions were declared besides the implicit default. Only then do guarantees
+    /// arbitrate grants and are permits counted per partition; otherwise the default partition
+    /// holds every permit.
+    pub(crate) fn declared(&self) -> bool {
+        self.names.len() > 1
+    }
+
     /// Looks a partition up by name.
     pub(crate) fn find(&self, name: &str) -> Option<PartitionId> {
         self.names
@@ -104,8 +111,12 @@ impl Partitions {
         }
     }
 
-    /// `(name, held)` for every partition, default first.
-    pub(crate) fn summary(&self) -> Vec<(String, usize)> {
+    /// `(name, held)` for every partition, default first; `in_flight` is what the default
+    /// partition holds when none is declared.
+    pub(crate) fn summary(&self, in_flight: usize) -> Vec<(String, usize)> {
+        if !self.declared() {
+            return vec![(DEFAULT_PARTITION.to_owned(), in_flight)];
+        }
         self.names
             .iter()
             .cloned()

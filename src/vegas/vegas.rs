@@ -268,6 +268,7 @@ impl Vegas {
         self.estimate = self.config.bounds.clamp_f64(value);
     }
 
+    #[inline(never)]
     fn start_probe(&mut self, stale: bool) {
         let probe_limit = self
             .config
@@ -283,6 +284,7 @@ impl Vegas {
         };
     }
 
+    #[inline(never)]
     fn end_probe(&mut self, restore: f64, learned: Option<u64>) {
         if let Some(rtt) = learned {
             self.baseline.relearn(rtt);
@@ -294,6 +296,7 @@ impl Vegas {
         self.set_estimate(restore);
     }
 
+    #[inline(never)]
     fn on_drop(&mut self) {
         self.slow_start = false;
         self.congested_rounds = 0.0;
@@ -307,6 +310,7 @@ impl Vegas {
         }
     }
 
+    #[inline(never)]
     fn on_probe_sample(&mut self, sample: &Sample, rtt: u64) {
         let Phase::Probing {
             restore,
@@ -344,18 +348,26 @@ impl Vegas {
         }
     }
 
-    fn on_success(&mut self, sample: &Sample, rtt: u64) {
+    /// Feeds a successful sample while tracking; answers whether the estimate or the phase may
+    /// have changed. Most samples only join the current window, so that path is kept minimal.
+    #[inline]
+    fn on_success(&mut self, sample: &Sample, rtt: u64) -> bool {
         self.samples_since_probe += 1;
-        let len = self.config.baseline_window.max(self.limit() / 2);
+        let len = self.config.baseline_window.max(self.current / 2);
+        let mut changed = false;
         if let Some(window) = self.window.push(rtt, sample.in_flight, len) {
             self.on_window(&window);
+            changed = true;
         }
-        let interval = self.config.probe_interval.saturating_mul(self.limit());
+        let interval = self.config.probe_interval.saturating_mul(self.current);
         if self.samples_since_probe >= interval {
             self.start_probe(self.congested_rounds > 0.0);
+            changed = true;
         }
+        changed
     }
 
+    #[inline(never)]
     fn on_window(&mut self, window: &WindowSummary) {
         // A much faster window means the dependency sped up; the windows that follow are loaded
         // by the limit that suited the slower dependency, so re-learn at reduced concurrency.
@@ -419,10 +431,15 @@ impl LimitAlgorithm for Vegas {
         self.samples_since_cut = self.samples_since_cut.saturating_add(1);
         let rtt = duration_nanos(sample.rtt).max(1);
         match (sample.outcome, &self.phase) {
-            (Outcome::Ignored, _) => {}
+            // Nothing the limit depends on changed.
+            (Outcome::Ignored, _) => return self.current,
+            (Outcome::Success, Phase::Tracking) => {
+                if !self.on_success(sample, rtt) {
+                    return self.current;
+                }
+            }
             (Outcome::Dropped, _) => self.on_drop(),
             (Outcome::Success, Phase::Probing { .. }) => self.on_probe_sample(sample, rtt),
-            (Outcome::Success, Phase::Tracking) => self.on_success(sample, rtt),
         }
         self.current = match self.phase {
             Phase::Probing { probe_limit, .. } => probe_limit,
