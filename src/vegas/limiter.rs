@@ -8,7 +8,7 @@ use parking_lot::Mutex;
 
 use super::acquire::{WaitForPermit, Waiter};
 use super::algorithm::{LimitAlgorithm, Outcome, Sample};
-use super::clock::{Clock, LimiterClock, SystemClock};
+use super::clock::{Clock, LimiterClock, MonotonicClock};
 use super::error::{AcquireError, ConfigError};
 use super::occupancy::{Occupancy, Take};
 use super::partition::{PartitionId, Partitions};
@@ -49,8 +49,8 @@ impl std::fmt::Debug for LimiterBuilder {
 }
 
 impl LimiterBuilder {
-    /// Reads time from `clock` to measure round trips (default: [`SystemClock`]).
-    pub fn clock(mut self, clock: impl Clock) -> Self {
+    /// Reads time from `clock` to measure round trips (default: [`MonotonicClock`]).
+    pub fn clock(mut self, clock: impl Clock + 'static) -> Self {
         self.clock = LimiterClock::of(clock);
         self
     }
@@ -345,7 +345,7 @@ impl Limiter {
     pub fn builder(algorithm: impl LimitAlgorithm) -> LimiterBuilder {
         LimiterBuilder {
             algorithm: Box::new(algorithm),
-            clock: LimiterClock::System(SystemClock::new()),
+            clock: LimiterClock::System(MonotonicClock::new()),
             order: QueueOrder::Fifo,
             name: "default".to_owned(),
             partitions: Vec::new(),

@@ -8,7 +8,7 @@
 //! - [`Limiter`]: `try_acquire` / `acquire(timeout)` (FIFO or LIFO), RAII [`Permit`]s,
 //!   [partitions](partition) with guaranteed shares, RTT [`LimiterSnapshot`]s and
 //!   [metrics](stats).
-//! - [`Clock`]: [`SystemClock`] in production, [`ManualClock`] in tests and simulations.
+//! - [`Clock`]: [`MonotonicClock`] in production, [`ManualClock`] in tests and simulations.
 //!
 //! ```
 //! use flowguard::vegas::{Limiter, LimitBounds, Vegas, VegasConfig};
@@ -52,7 +52,7 @@ mod vegas;
 
 pub use aimd::{Aimd, AimdConfig};
 pub use algorithm::{LimitAlgorithm, LimitBounds, Outcome, Sample};
-pub use clock::{Clock, ManualClock, SystemClock};
+pub use clock::{Clock, ManualClock, MonotonicClock};
 pub use error::{AcquireError, ConfigError};
 pub use fixed::Fixed;
 pub use gradient::{Gradient, GradientConfig};
