@@ -343,3 +343,22 @@ fn a_small_dependency_gets_a_proportionally_small_queue() {
         assert!((8..=10).contains(&limit), "limit {limit} for 8 slots");
     }
 }
+
+#[test]
+fn limits_beyond_what_a_limiter_tracks_are_config_errors() {
+    use flowguard::vegas::{ConfigError, Fixed, LimitBounds, MAX_LIMIT};
+    assert!(LimitBounds::new(1, MAX_LIMIT, 1).is_ok());
+    let err = LimitBounds::new(1, MAX_LIMIT + 1, 1).unwrap_err();
+    assert_eq!(
+        err,
+        ConfigError::LimitTooLarge {
+            field: "max",
+            value: MAX_LIMIT + 1
+        }
+    );
+    assert!(err.to_string().contains("use a smaller limit"), "{err}");
+    assert!(matches!(
+        Fixed::new(usize::MAX),
+        Err(ConfigError::LimitTooLarge { field: "limit", .. })
+    ));
+}

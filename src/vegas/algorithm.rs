@@ -35,7 +35,7 @@ pub struct Sample {
 /// A concurrency limit algorithm: fed samples, answers with the new limit.
 ///
 /// Implementations are pure (no clock, no I/O) and must keep the limit inside their
-/// [`LimitBounds`].
+/// [`LimitBounds`] (hence at most [`MAX_LIMIT`]; the limiter never grants more than that).
 ///
 /// ```
 /// use flowguard::vegas::{Fixed, LimitAlgorithm, Outcome, Sample};
@@ -92,9 +92,7 @@ impl LimitBounds {
     /// ```
     pub fn new(min: usize, max: usize, initial: usize) -> Result<Self, ConfigError> {
         for (field, value) in [("min", min), ("max", max), ("initial", initial)] {
-            if value == 0 {
-                return Err(ConfigError::ZeroLimit { field });
-            }
+            check_limit(field, value)?;
         }
         if min > max {
             return Err(ConfigError::MinAboveMax { min, max });
@@ -200,4 +198,18 @@ impl FractionalLimit {
     pub(crate) fn is_used_by(&self, in_flight: usize) -> bool {
         in_flight as f64 * 2.0 >= self.value
     }
+}
+
+/// The largest limit a [`Limiter`](crate::vegas::Limiter) tracks: 2^31 - 1 permits.
+pub const MAX_LIMIT: usize = (1 << 31) - 1;
+
+/// A limit setting must be in `1..=MAX_LIMIT`.
+pub(crate) fn check_limit(field: &'static str, value: usize) -> Result<(), ConfigError> {
+    if value == 0 {
+        return Err(ConfigError::ZeroLimit { field });
+    }
+    if value > MAX_LIMIT {
+        return Err(ConfigError::LimitTooLarge { field, value });
+    }
+    Ok(())
 }

@@ -63,6 +63,14 @@ pub enum ConfigError {
         /// The sum of all shares.
         total: f64,
     },
+    /// A limit is above [`MAX_LIMIT`](crate::vegas::MAX_LIMIT) (2^31 - 1), the most permits a
+    /// limiter can track.
+    LimitTooLarge {
+        /// Which setting.
+        field: &'static str,
+        /// The value given.
+        value: usize,
+    },
 }
 
 impl fmt::Display for ConfigError {
@@ -71,6 +79,11 @@ impl fmt::Display for ConfigError {
             Self::ZeroLimit { field } => {
                 write!(f, "`{field}` is 0; every limit must be at least 1")
             }
+            Self::LimitTooLarge { field, value } => write!(
+                f,
+                "`{field}` is {value}, above the largest limit a limiter tracks ({}); use a smaller limit",
+                crate::vegas::MAX_LIMIT
+            ),
             Self::MinAboveMax { min, max } => {
                 write!(
                     f,

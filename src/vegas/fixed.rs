@@ -1,6 +1,6 @@
 //! A limit that never changes: the baseline to compare adaptive algorithms against.
 
-use super::algorithm::{LimitAlgorithm, Sample};
+use super::algorithm::{LimitAlgorithm, Sample, check_limit};
 use super::error::ConfigError;
 
 /// A constant limit.
@@ -20,9 +20,7 @@ pub struct Fixed {
 impl Fixed {
     /// A constant limit of `limit` (at least 1).
     pub fn new(limit: usize) -> Result<Self, ConfigError> {
-        if limit == 0 {
-            return Err(ConfigError::ZeroLimit { field: "limit" });
-        }
+        check_limit("limit", limit)?;
         Ok(Self { limit })
     }
 }

@@ -7,7 +7,7 @@ use std::time::Duration;
 use parking_lot::Mutex;
 
 use super::acquire::{WaitForPermit, Waiter};
-use super::algorithm::{LimitAlgorithm, Outcome, Sample};
+use super::algorithm::{LimitAlgorithm, Outcome, Sample, check_limit};
 use super::clock::{Clock, LimiterClock, MonotonicClock};
 use super::error::{AcquireError, ConfigError};
 use super::occupancy::{Occupancy, Take};
@@ -90,11 +90,7 @@ impl LimiterBuilder {
         }
         let partitions = Partitions::new(&self.partitions)?;
         let limit = self.algorithm.limit();
-        if limit == 0 {
-            return Err(ConfigError::ZeroLimit {
-                field: "algorithm limit",
-            });
-        }
+        check_limit("algorithm limit", limit)?;
         let metrics = LimiterMetrics::register(&self.name);
         metrics.start(limit);
         let occupancy = Occupancy::new(limit);

@@ -51,7 +51,7 @@ pub mod stats;
 mod vegas;
 
 pub use aimd::{Aimd, AimdConfig};
-pub use algorithm::{LimitAlgorithm, LimitBounds, Outcome, Sample};
+pub use algorithm::{LimitAlgorithm, LimitBounds, MAX_LIMIT, Outcome, Sample};
 pub use clock::{Clock, ManualClock, MonotonicClock};
 pub use error::{AcquireError, ConfigError};
 pub use fixed::Fixed;

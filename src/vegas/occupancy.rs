@@ -16,9 +16,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 const IN_FLIGHT_MASK: u64 = u32::MAX as u64;
 /// Bits 32..63: the limit.
 const LIMIT_SHIFT: u32 = 32;
-/// The largest limit the word holds; a larger limit is enforced as this (2^31 - 1 permits held
-/// at once is beyond what any process can hold, so nothing is ever refused because of it).
-const LIMIT_MAX: u64 = (1 << 31) - 1;
+/// The largest limit the word holds: [`MAX_LIMIT`](super::MAX_LIMIT), which every limit setting
+/// is validated against, so no configured limit is ever cut down here.
+const LIMIT_MAX: u64 = super::MAX_LIMIT as u64;
 const LIMIT_MASK: u64 = LIMIT_MAX << LIMIT_SHIFT;
 /// Bit 63: grants need arbitration under the lock.
 const ARBITRATED: u64 = 1 << 63;
