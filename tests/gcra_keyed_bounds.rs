@@ -58,7 +58,7 @@ fn expired_keys_are_reclaimed_incrementally_by_inserts() {
     for k in 1000..3000 {
         limiter.check_key(&k).unwrap();
     }
-    // Each insert sweeps four slots: the 2000 inserts have removed every expired key.
+    // Each insert sweeps 16 buckets: the 2000 inserts have removed every expired key.
     assert_eq!(limiter.len(), 2000);
 }
 
