@@ -11,6 +11,8 @@ use std::time::{Duration, Instant};
 
 use criterion::{Criterion, criterion_group};
 
+mod support;
+
 /// Counts live heap bytes, to report the memory each keyed store spends per key.
 struct Counting;
 
@@ -130,18 +132,10 @@ fn bytes_per_key() -> (f64, f64) {
     (fg_bytes, gov_bytes)
 }
 
-/// Reads criterion's point estimate (mean, ns) for `group/function` from this run.
-fn mean_ns(group: &str, function: &str) -> Option<f64> {
-    let dir = std::env::var("CARGO_TARGET_DIR").unwrap_or_else(|_| "target".into());
-    let path = format!("{dir}/criterion/{group}/{function}/new/estimates.json");
-    let json: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(path).ok()?).ok()?;
-    json["mean"]["point_estimate"].as_f64()
-}
-
 criterion_group!(benches, single_key, keyed_100k, contended);
 
 fn main() {
+    let started = std::time::SystemTime::now();
     benches();
     Criterion::default().configure_from_args().final_summary();
     if std::env::args().any(|a| a == "--list" || a == "--test") {
@@ -150,7 +144,10 @@ fn main() {
     println!();
     println!("ratios (flowguard / governor, lower is better):");
     for group in ["single_key", "keyed_100k", "contended"] {
-        if let (Some(f), Some(g)) = (mean_ns(group, "flowguard"), mean_ns(group, "governor")) {
+        if let (Some(f), Some(g)) = (
+            support::mean_ns(started, group, "flowguard"),
+            support::mean_ns(started, group, "governor"),
+        ) {
             println!(
                 "  {group:<11} flowguard {f:>8.1} ns  governor {g:>8.1} ns  ratio {:.2}x",
                 f / g

@@ -15,6 +15,8 @@ use criterion::{Criterion, criterion_group};
 use flowguard::vegas::{LimitBounds, Limiter, ManualClock, Vegas, VegasConfig};
 use tokio::sync::Semaphore;
 
+mod support;
+
 fn vegas() -> Vegas {
     Vegas::new(VegasConfig {
         bounds: LimitBounds::new(1, 1000, 100).expect("valid bounds"),
@@ -98,18 +100,10 @@ fn acquire_release(c: &mut Criterion) {
     group.finish();
 }
 
-/// Reads criterion's point estimate (mean, ns) for `acquire_release/function` from this run.
-fn mean_ns(function: &str) -> Option<f64> {
-    let dir = std::env::var("CARGO_TARGET_DIR").unwrap_or_else(|_| "target".into());
-    let path = format!("{dir}/criterion/acquire_release/{function}/new/estimates.json");
-    let json: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(path).ok()?).ok()?;
-    json["mean"]["point_estimate"].as_f64()
-}
-
 criterion_group!(benches, acquire_release);
 
 fn main() {
+    let started = std::time::SystemTime::now();
     benches();
     Criterion::default().configure_from_args().final_summary();
     if std::env::args().any(|a| a == "--list" || a == "--test") {
@@ -120,7 +114,10 @@ fn main() {
         ("flowguard", "tokio_semaphore"),
         ("flowguard_try", "tokio_semaphore_try"),
     ] {
-        if let (Some(f), Some(t)) = (mean_ns(ours), mean_ns(theirs)) {
+        if let (Some(f), Some(t)) = (
+            support::mean_ns(started, "acquire_release", ours),
+            support::mean_ns(started, "acquire_release", theirs),
+        ) {
             println!(
                 "ratio {ours}/{theirs} = {:.2} ({f:.1} ns / {t:.1} ns)",
                 f / t

@@ -1,0 +1,18 @@
+//! Shared by the benches: criterion's results of this run, to print peer ratios.
+
+use std::time::SystemTime;
+
+/// Criterion's point estimate (mean, ns) for `group/function`, if it was measured by this process.
+///
+/// Criterion keeps `new/estimates.json` from earlier runs; a file older than this process belongs
+/// to a bench that was filtered out now, so it is not reported as if it were current.
+pub fn mean_ns(started: SystemTime, group: &str, function: &str) -> Option<f64> {
+    let dir = std::env::var("CARGO_TARGET_DIR").unwrap_or_else(|_| "target".into());
+    let path = format!("{dir}/criterion/{group}/{function}/new/estimates.json");
+    if std::fs::metadata(&path).ok()?.modified().ok()? < started {
+        return None;
+    }
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(path).ok()?).ok()?;
+    json["mean"]["point_estimate"].as_f64()
+}
