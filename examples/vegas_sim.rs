@@ -29,7 +29,7 @@ use std::time::Duration;
 
 use flowguard::vegas::{
     Aimd, AimdConfig, Fixed, Gradient, GradientConfig, LimitAlgorithm, LimitBounds, Limiter,
-    ManualClock, Permit, Vegas, VegasConfig,
+    ManualClock, OwnedPermit, Vegas, VegasConfig,
 };
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
@@ -91,7 +91,7 @@ fn nanos(duration: Duration) -> u64 {
 
 /// A call admitted by the limiter.
 struct Call {
-    permit: Permit,
+    permit: OwnedPermit,
     admitted_at: u64,
 }
 
@@ -220,7 +220,7 @@ fn simulate(scenario: &Scenario, algorithm: impl LimitAlgorithm) -> Result<Repor
         // An arrival.
         let gap = -(1.0 - rng.random::<f64>()).ln() / arrival_rate;
         next_arrival = now + gap.max(1.0) as u64;
-        let Ok(permit) = limiter.try_acquire() else {
+        let Ok(permit) = limiter.try_acquire_owned() else {
             shed += 1;
             continue;
         };

@@ -270,7 +270,7 @@ impl Guard {
         }
     }
 
-    async fn permit<T, E>(&self, attempts: u32) -> Result<Option<Permit>, GuardError<T, E>> {
+    async fn permit<T, E>(&self, attempts: u32) -> Result<Option<Permit<'_>>, GuardError<T, E>> {
         match &self.concurrency {
             None => Ok(None),
             Some(limiter) => match limiter.acquire(self.acquire_timeout).await {

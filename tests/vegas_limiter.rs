@@ -8,7 +8,9 @@ use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
-use flowguard::vegas::{AcquireError, Fixed, Limiter, ManualClock, Outcome, Permit, QueueOrder};
+use flowguard::vegas::{
+    AcquireError, Fixed, Limiter, ManualClock, Outcome, OwnedPermit, QueueOrder,
+};
 use tokio::sync::mpsc;
 use vegas_support::Scripted;
 
@@ -102,13 +104,19 @@ async fn acquire_times_out_and_leaves_the_queue() {
 
 /// Spawns `count` tasks that queue for a permit in order; each sends its index and its permit
 /// through the returned channel when served, so the test decides when permits are released.
-async fn queue_tasks(limiter: &Limiter, count: usize) -> mpsc::UnboundedReceiver<(usize, Permit)> {
+async fn queue_tasks(
+    limiter: &Limiter,
+    count: usize,
+) -> mpsc::UnboundedReceiver<(usize, OwnedPermit)> {
     let (served, receiver) = mpsc::unbounded_channel();
     for index in 0..count {
         let limiter = limiter.clone();
         let served = served.clone();
         tokio::spawn(async move {
-            let permit = limiter.acquire(Duration::from_secs(60)).await.unwrap();
+            let permit = limiter
+                .acquire_owned(Duration::from_secs(60))
+                .await
+                .unwrap();
             served.send((index, permit)).unwrap();
         });
         // Let the task enqueue before the next one.
@@ -265,7 +273,7 @@ fn the_limiter_is_shared_across_threads_without_exceeding_its_limit() {
     fn assert_send_sync<T: Send + Sync + Clone + 'static>() {}
     assert_send_sync::<Limiter>();
     fn assert_send<T: Send + 'static>() {}
-    assert_send::<Permit>();
+    assert_send::<OwnedPermit>();
 
     let limiter = Arc::new(fixed(3));
     let threads: Vec<_> = (0..4)
@@ -296,4 +304,38 @@ fn invalid_limiter_settings_are_typed_errors() {
         .build()
         .unwrap_err();
     assert!(error.to_string().contains("stats_window"), "{error}");
+}
+
+#[tokio::test]
+async fn an_owned_permit_outlives_its_borrow_and_keeps_its_grant_time() {
+    let (limiter, algorithm, clock) = scripted(2, &[]);
+    let permit = limiter.try_acquire().unwrap();
+    clock.advance(Duration::from_millis(3));
+    // The conversion hands the same permit over: nothing is released, nothing granted.
+    let owned: OwnedPermit = permit.into_owned();
+    assert_eq!(limiter.in_flight(), 1);
+    assert!(algorithm.samples.lock().is_empty());
+    let task_clock = clock.clone();
+    tokio::spawn(async move {
+        task_clock.advance(Duration::from_millis(4));
+        owned.success();
+    })
+    .await
+    .unwrap();
+    assert_eq!(limiter.in_flight(), 0);
+    let samples = algorithm.samples.lock().clone();
+    assert_eq!(samples.len(), 1, "released exactly once");
+    assert_eq!(
+        samples[0].rtt,
+        Duration::from_millis(7),
+        "RTT from the original grant"
+    );
+    assert_eq!(samples[0].outcome, Outcome::Success);
+
+    // The owned forms of both acquire calls.
+    let a = limiter.try_acquire_owned().unwrap();
+    let b = limiter.acquire_owned(Duration::from_secs(1)).await.unwrap();
+    assert!(limiter.try_acquire_owned().is_err());
+    drop((a, b));
+    assert_eq!(limiter.in_flight(), 0);
 }

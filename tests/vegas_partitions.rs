@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use flowguard::vegas::{ConfigError, Fixed, Limiter, PartitionId};
+use flowguard::vegas::{ConfigError, Fixed, Limiter, PartitionId, Permit};
 
 fn limiter() -> (Limiter, PartitionId, PartitionId) {
     let limiter = Limiter::builder(Fixed::new(10).unwrap())
@@ -60,12 +60,22 @@ async fn a_partition_below_its_guarantee_is_served_before_borrowers() {
     // A batch caller queues first, then a live caller (live holds 0 of its 6).
     let batch_waiter = {
         let limiter = limiter.clone();
-        tokio::spawn(async move { limiter.acquire_in(batch, Duration::from_secs(60)).await })
+        tokio::spawn(async move {
+            limiter
+                .acquire_in(batch, Duration::from_secs(60))
+                .await
+                .map(Permit::into_owned)
+        })
     };
     tokio::task::yield_now().await;
     let live_waiter = {
         let limiter = limiter.clone();
-        tokio::spawn(async move { limiter.acquire_in(live, Duration::from_secs(60)).await })
+        tokio::spawn(async move {
+            limiter
+                .acquire_in(live, Duration::from_secs(60))
+                .await
+                .map(Permit::into_owned)
+        })
     };
     tokio::task::yield_now().await;
     assert_eq!(limiter.snapshot().waiting, 2);

@@ -59,10 +59,10 @@ impl<'a> WaitForPermit<'a> {
     }
 }
 
-impl Future for WaitForPermit<'_> {
-    type Output = Permit;
+impl<'a> Future for WaitForPermit<'a> {
+    type Output = Permit<'a>;
 
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Permit> {
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Permit<'a>> {
         let this = self.get_mut();
         let now = this.limiter.now_nanos();
         let mut state = this.limiter.shared.state.lock();

@@ -12,7 +12,7 @@ use super::clock::{Clock, LimiterClock, MonotonicClock};
 use super::error::{AcquireError, ConfigError};
 use super::occupancy::{Occupancy, Take};
 use super::partition::{PartitionId, Partitions};
-use super::permit::Permit;
+use super::permit::{OwnedPermit, Permit};
 use super::stats::{LimiterMetrics, LimiterSnapshot, RttWindow};
 
 /// Which queued caller gets the next free permit.
@@ -364,13 +364,22 @@ impl Limiter {
         self.shared.state.lock().partitions.find(name)
     }
 
-    /// Takes a permit now, or fails at once with [`AcquireError::Full`].
-    pub fn try_acquire(&self) -> Result<Permit, AcquireError> {
+    /// Takes a permit now, or fails at once with [`AcquireError::Full`]. The permit borrows this
+    /// handle; see [`try_acquire_owned`](Self::try_acquire_owned) for one that does not.
+    #[inline]
+    pub fn try_acquire(&self) -> Result<Permit<'_>, AcquireError> {
         self.try_acquire_in(PartitionId::DEFAULT)
     }
 
+    /// [`try_acquire`](Self::try_acquire), answering a permit that holds its own handle on the
+    /// limiter (`'static`: it can be moved into a spawned task).
+    pub fn try_acquire_owned(&self) -> Result<OwnedPermit, AcquireError> {
+        self.try_acquire().map(Permit::into_owned)
+    }
+
     /// [`try_acquire`](Self::try_acquire) on behalf of `partition`.
-    pub fn try_acquire_in(&self, partition: PartitionId) -> Result<Permit, AcquireError> {
+    #[inline]
+    pub fn try_acquire_in(&self, partition: PartitionId) -> Result<Permit<'_>, AcquireError> {
         let shared = &*self.shared;
         // Uncontended: one compare-and-swap, no lock; the round trip starts once granted.
         match shared.occupancy.take_uncontended() {
@@ -403,8 +412,16 @@ impl Limiter {
 
     /// Waits up to `timeout` for a permit (queued in the configured [`QueueOrder`]). Dropping the
     /// future leaves the queue; a permit granted to a dropped future is released, never leaked.
-    pub async fn acquire(&self, timeout: Duration) -> Result<Permit, AcquireError> {
+    /// The permit borrows this handle; see [`acquire_owned`](Self::acquire_owned) for one that
+    /// does not.
+    pub async fn acquire(&self, timeout: Duration) -> Result<Permit<'_>, AcquireError> {
         self.acquire_in(PartitionId::DEFAULT, timeout).await
+    }
+
+    /// [`acquire`](Self::acquire), answering a permit that holds its own handle on the limiter
+    /// (`'static`: it can be moved into a spawned task).
+    pub async fn acquire_owned(&self, timeout: Duration) -> Result<OwnedPermit, AcquireError> {
+        self.acquire(timeout).await.map(Permit::into_owned)
     }
 
     /// [`acquire`](Self::acquire) on behalf of `partition`.
@@ -412,7 +429,7 @@ impl Limiter {
         &self,
         partition: PartitionId,
         timeout: Duration,
-    ) -> Result<Permit, AcquireError> {
+    ) -> Result<Permit<'_>, AcquireError> {
         // Uncontended fast path: no timer needed.
         if let Ok(permit) = self.try_acquire_in(partition) {
             return Ok(permit);
@@ -462,9 +479,10 @@ impl Limiter {
     }
 
     /// Hands `grant` to its caller as a permit.
-    pub(crate) fn permit(&self, grant: Grant) -> Permit {
+    #[inline]
+    pub(crate) fn permit(&self, grant: Grant) -> Permit<'_> {
         self.shared.metrics.granted();
-        Permit::new(self.clone(), grant)
+        Permit::borrowed(self, grant)
     }
 
     /// Returns a permit with `outcome` and feeds the algorithm.

@@ -58,6 +58,6 @@ pub use fixed::Fixed;
 pub use gradient::{Gradient, GradientConfig};
 pub use limiter::{Limiter, LimiterBuilder, QueueOrder};
 pub use partition::PartitionId;
-pub use permit::Permit;
+pub use permit::{OwnedPermit, Permit};
 pub use stats::LimiterSnapshot;
 pub use vegas::{Vegas, VegasConfig};

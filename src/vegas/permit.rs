@@ -6,12 +6,37 @@ use super::algorithm::Outcome;
 use super::limiter::{Grant, Limiter};
 use super::partition::PartitionId;
 
+/// How a permit reaches its limiter: borrowed from the caller's handle (no reference count on
+/// the hot path, like tokio's `SemaphorePermit<'_>`), or owned (a clone of the handle, for a
+/// permit that must outlive the borrow, e.g. one moved into a spawned task).
+#[derive(Debug)]
+enum Holder<'a> {
+    Borrowed(&'a Limiter),
+    Owned(Limiter),
+}
+
+impl Holder<'_> {
+    #[inline]
+    fn limiter(&self) -> &Limiter {
+        match self {
+            Holder::Borrowed(limiter) => limiter,
+            Holder::Owned(limiter) => limiter,
+        }
+    }
+}
+
 /// One call's right to run. Measures its round-trip time from grant to outcome on the limiter's
 /// clock and feeds it to the limit algorithm when finished.
 ///
 /// Finish it with [`success`](Self::success), [`dropped`](Self::dropped) (the dependency
 /// rejected or timed out: a congestion signal) or [`ignore`](Self::ignore). A permit dropped
 /// without an outcome (an early return, a cancelled future) is released as ignored, never leaked.
+///
+/// A permit from [`Limiter::try_acquire`] or [`Limiter::acquire`] borrows the limiter handle it
+/// came from, which keeps the uncontended round trip free of reference counting. One that must
+/// outlive that borrow (moved into a spawned task, stored in a struct) is an [`OwnedPermit`]:
+/// take it with [`Limiter::try_acquire_owned`] / [`Limiter::acquire_owned`], or convert with
+/// [`into_owned`](Self::into_owned).
 ///
 /// ```
 /// use flowguard::vegas::{Fixed, Limiter};
@@ -25,22 +50,44 @@ use super::partition::PartitionId;
 /// ```
 #[derive(Debug)]
 #[must_use = "a permit is released as soon as it is dropped"]
-pub struct Permit {
-    limiter: Limiter,
+pub struct Permit<'a> {
+    holder: Holder<'a>,
     grant: Grant,
     finished: bool,
 }
 
-impl Permit {
-    pub(crate) fn new(limiter: Limiter, grant: Grant) -> Self {
+/// A permit that holds its own handle on the limiter: `'static`, so it can be moved into a
+/// spawned task or kept in a struct. Costs one reference-count increment and decrement more than
+/// a borrowed [`Permit`].
+///
+/// ```
+/// use flowguard::vegas::{Fixed, Limiter, OwnedPermit};
+///
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let limiter = Limiter::new(Fixed::new(4)?)?;
+/// let permit: OwnedPermit = limiter.try_acquire_owned()?;
+/// tokio::spawn(async move {
+///     // ... call the dependency ...
+///     permit.success();
+/// })
+/// .await?;
+/// assert_eq!(limiter.in_flight(), 0);
+/// # Ok(()) }
+/// ```
+pub type OwnedPermit = Permit<'static>;
+
+impl<'a> Permit<'a> {
+    #[inline]
+    pub(crate) fn borrowed(limiter: &'a Limiter, grant: Grant) -> Self {
         Self {
-            limiter,
+            holder: Holder::Borrowed(limiter),
             grant,
             finished: false,
         }
     }
 
     /// The call completed: its RTT is a latency sample.
+    #[inline]
     pub fn success(self) {
         self.finish(Outcome::Success);
     }
@@ -56,15 +103,29 @@ impl Permit {
     }
 
     /// Releases the permit with `outcome`.
+    #[inline]
     pub fn finish(mut self, outcome: Outcome) {
         self.finished = true;
-        self.limiter.release(&self.grant, outcome);
+        self.holder.limiter().release(&self.grant, outcome);
+    }
+
+    /// This permit with its own handle on the limiter, so it no longer borrows the handle it was
+    /// acquired from. Still the same permit: its RTT runs from the original grant.
+    pub fn into_owned(mut self) -> OwnedPermit {
+        // Finished here so that dropping `self` releases nothing; the new permit takes over.
+        self.finished = true;
+        Permit {
+            holder: Holder::Owned(self.holder.limiter().clone()),
+            grant: self.grant,
+            finished: false,
+        }
     }
 
     /// Time since the permit was granted, on the limiter's clock.
     pub fn elapsed(&self) -> Duration {
         Duration::from_nanos(
-            self.limiter
+            self.holder
+                .limiter()
                 .now_nanos()
                 .saturating_sub(self.grant.start_nanos),
         )
@@ -87,10 +148,11 @@ impl Permit {
     }
 }
 
-impl Drop for Permit {
+impl Drop for Permit<'_> {
+    #[inline]
     fn drop(&mut self) {
         if !self.finished {
-            self.limiter.release(&self.grant, Outcome::Ignored);
+            self.holder.limiter().release(&self.grant, Outcome::Ignored);
         }
     }
 }
