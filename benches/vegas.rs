@@ -6,13 +6,21 @@
 //! the permit. The `_try` functions are the same round trip through the non-waiting calls;
 //! `flowguard_try_manual_clock` isolates the limiter's own cost from the two clock reads that
 //! measure each RTT; `tokio_semaphore_owned_try` is tokio's `Arc`-holding permit, the closer peer
-//! of flowguard's. The ratio of the headline pair is printed at the end.
+//! of flowguard's. `tokio_semaphore_timed` is tokio's round trip plus the two clock reads that
+//! time it (what measuring each call's RTT around a plain semaphore costs): the floor for any
+//! limiter that measures every permit.
+//!
+//! At the end the bench prints the headline ratios from criterion's estimates, and from paired
+//! rounds (each round times the async round trips back to back, so a burst of interference on a
+//! shared machine cannot land on one side only; criterion's functions run seconds apart).
 
 use std::hint::black_box;
 use std::time::Duration;
 
 use criterion::{Criterion, criterion_group};
-use flowguard::vegas::{LimitBounds, Limiter, ManualClock, Vegas, VegasConfig};
+use flowguard::vegas::{
+    Clock, LimitBounds, Limiter, ManualClock, MonotonicClock, Vegas, VegasConfig,
+};
 use tokio::sync::Semaphore;
 
 mod support;
@@ -29,6 +37,32 @@ fn limiter() -> Limiter {
     Limiter::new(vegas()).expect("valid limiter")
 }
 
+/// flowguard: await a permit, finish it with `success()` (RTT measured and fed to Vegas).
+async fn flowguard_round_trip(limiter: &Limiter) {
+    let permit = limiter
+        .acquire(Duration::from_secs(1))
+        .await
+        .expect("uncontended");
+    black_box(&permit);
+    permit.success();
+}
+
+/// tokio: await a permit, drop it.
+async fn tokio_round_trip(semaphore: &Semaphore) {
+    let permit = semaphore.acquire().await.expect("open");
+    black_box(&permit);
+    drop(permit);
+}
+
+/// tokio, timed like a flowguard permit: a clock read once granted and once released.
+async fn tokio_timed_round_trip(semaphore: &Semaphore, clock: &MonotonicClock) {
+    let permit = semaphore.acquire().await.expect("open");
+    let start = clock.now_nanos();
+    black_box(&permit);
+    drop(permit);
+    black_box(clock.now_nanos().saturating_sub(start));
+}
+
 fn acquire_release(c: &mut Criterion) {
     let mut group = c.benchmark_group("acquire_release");
     let runtime = tokio::runtime::Builder::new_current_thread()
@@ -38,22 +72,17 @@ fn acquire_release(c: &mut Criterion) {
 
     let flowguard = limiter();
     group.bench_function("flowguard", |b| {
-        b.to_async(&runtime).iter(|| async {
-            let permit = flowguard
-                .acquire(Duration::from_secs(1))
-                .await
-                .expect("uncontended");
-            black_box(&permit);
-            permit.success();
-        })
+        b.to_async(&runtime)
+            .iter(|| flowguard_round_trip(&flowguard))
     });
     let semaphore = Semaphore::new(100);
     group.bench_function("tokio_semaphore", |b| {
-        b.to_async(&runtime).iter(|| async {
-            let permit = semaphore.acquire().await.expect("open");
-            black_box(&permit);
-            drop(permit);
-        })
+        b.to_async(&runtime).iter(|| tokio_round_trip(&semaphore))
+    });
+    let clock = MonotonicClock::new();
+    group.bench_function("tokio_semaphore_timed", |b| {
+        b.to_async(&runtime)
+            .iter(|| tokio_timed_round_trip(&semaphore, &clock))
     });
 
     let flowguard = limiter();
@@ -86,7 +115,7 @@ fn acquire_release(c: &mut Criterion) {
             permit.success();
         })
     });
-    // tokio's owned permit holds an `Arc` like flowguard's permit does.
+    // tokio's owned permit holds an `Arc`, like flowguard's `OwnedPermit`.
     let shared = std::sync::Arc::new(Semaphore::new(100));
     group.bench_function("tokio_semaphore_owned_try", |b| {
         b.iter(|| {
@@ -102,6 +131,47 @@ fn acquire_release(c: &mut Criterion) {
 
 criterion_group!(benches, acquire_release);
 
+/// Median over `rounds` paired rounds of: ns per async round trip of flowguard, tokio and timed
+/// tokio, and the per-round ratios flowguard/tokio and flowguard/timed tokio. Each round times
+/// `ITERS` round trips of each side back to back, rotating which goes first.
+fn paired_async(rounds: usize) -> [f64; 5] {
+    const ITERS: u32 = 100_000;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .expect("runtime");
+    let (flowguard, semaphore, clock) = (limiter(), Semaphore::new(100), MonotonicClock::new());
+    let time = |side: usize| {
+        runtime.block_on(async {
+            let start = std::time::Instant::now();
+            for _ in 0..ITERS {
+                match side {
+                    0 => flowguard_round_trip(&flowguard).await,
+                    1 => tokio_round_trip(&semaphore).await,
+                    _ => tokio_timed_round_trip(&semaphore, &clock).await,
+                }
+            }
+            start.elapsed().as_secs_f64() * 1e9 / f64::from(ITERS)
+        })
+    };
+    let mut columns: [Vec<f64>; 5] = Default::default();
+    for round in 0..rounds {
+        let mut ns = [0.0; 3];
+        for step in 0..3 {
+            let side = (round + step) % 3;
+            ns[side] = time(side);
+        }
+        let row = [ns[0], ns[1], ns[2], ns[0] / ns[1], ns[0] / ns[2]];
+        for (column, value) in columns.iter_mut().zip(row) {
+            column.push(value);
+        }
+    }
+    columns.map(|mut column| {
+        column.sort_by(f64::total_cmp);
+        column[column.len() / 2]
+    })
+}
+
 fn main() {
     let started = std::time::SystemTime::now();
     benches();
@@ -112,16 +182,33 @@ fn main() {
     println!();
     for (ours, theirs) in [
         ("flowguard", "tokio_semaphore"),
+        ("flowguard", "tokio_semaphore_timed"),
         ("flowguard_try", "tokio_semaphore_try"),
     ] {
-        if let (Some(f), Some(t)) = (
-            support::mean_ns(started, "acquire_release", ours),
-            support::mean_ns(started, "acquire_release", theirs),
-        ) {
-            println!(
-                "ratio {ours}/{theirs} = {:.2} ({f:.1} ns / {t:.1} ns)",
-                f / t
-            );
+        let stats = [
+            ("mean", support::mean_ns as fn(_, &str, &str) -> _),
+            ("median", support::median_ns),
+        ];
+        for (statistic, estimate) in stats {
+            if let (Some(f), Some(t)) = (
+                estimate(started, "acquire_release", ours),
+                estimate(started, "acquire_release", theirs),
+            ) {
+                println!(
+                    "criterion {statistic:<6} {ours}/{theirs} = {:.2} ({f:.1} ns / {t:.1} ns)",
+                    f / t
+                );
+            }
         }
     }
+    const ROUNDS: usize = 41;
+    let [f, t, timed, ratio, ratio_timed] = paired_async(ROUNDS);
+    println!(
+        "paired (median of {ROUNDS} rounds) flowguard/tokio_semaphore = {ratio:.2} \
+         ({f:.1} ns / {t:.1} ns)"
+    );
+    println!(
+        "paired (median of {ROUNDS} rounds) flowguard/tokio_semaphore_timed = {ratio_timed:.2} \
+         ({f:.1} ns / {timed:.1} ns)"
+    );
 }

@@ -2,11 +2,12 @@
 
 use std::time::SystemTime;
 
-/// Criterion's point estimate (mean, ns) for `group/function`, if it was measured by this process.
+/// Criterion's point estimate of `statistic` (`"mean"` or `"median"`, ns) for `group/function`,
+/// if it was measured by this process.
 ///
 /// Criterion keeps `new/estimates.json` from earlier runs; a file older than this process belongs
 /// to a bench that was filtered out now, so it is not reported as if it were current.
-pub fn mean_ns(started: SystemTime, group: &str, function: &str) -> Option<f64> {
+fn estimate_ns(started: SystemTime, group: &str, function: &str, statistic: &str) -> Option<f64> {
     let dir = std::env::var("CARGO_TARGET_DIR").unwrap_or_else(|_| "target".into());
     let path = format!("{dir}/criterion/{group}/{function}/new/estimates.json");
     if std::fs::metadata(&path).ok()?.modified().ok()? < started {
@@ -14,5 +15,17 @@ pub fn mean_ns(started: SystemTime, group: &str, function: &str) -> Option<f64> 
     }
     let json: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(path).ok()?).ok()?;
-    json["mean"]["point_estimate"].as_f64()
+    json[statistic]["point_estimate"].as_f64()
+}
+
+/// Criterion's mean (ns) for `group/function`, if measured by this process.
+pub fn mean_ns(started: SystemTime, group: &str, function: &str) -> Option<f64> {
+    estimate_ns(started, group, function, "mean")
+}
+
+/// Criterion's median (ns) for `group/function`, if measured by this process. Less moved than
+/// the mean by the bursts of interference a shared machine adds to some samples.
+#[allow(dead_code)] // used by some benches only
+pub fn median_ns(started: SystemTime, group: &str, function: &str) -> Option<f64> {
+    estimate_ns(started, group, function, "median")
 }
