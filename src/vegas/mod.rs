@@ -5,7 +5,8 @@
 //!
 //! - [`LimitAlgorithm`]: pure algorithms fed [`Sample`]s (RTT, in-flight at grant, [`Outcome`]):
 //!   [`Vegas`] (recommended), [`Aimd`], [`Gradient`], [`Fixed`].
-//! - [`Limiter`]: `try_acquire` / `acquire(timeout)` (FIFO or LIFO), RAII [`Permit`]s,
+//! - [`Limiter`]: `try_acquire` / `acquire(timeout)` (FIFO or LIFO), RAII [`Permit`]s that
+//!   borrow the limiter ([`OwnedPermit`]s from the `_owned` forms move into spawned tasks),
 //!   [partitions](partition) with guaranteed shares, RTT [`LimiterSnapshot`]s and
 //!   [metrics](stats).
 //! - [`Clock`]: [`MonotonicClock`] in production, [`ManualClock`] in tests and simulations.
