@@ -459,7 +459,12 @@ impl Limiter {
     /// The permit borrows this handle; see [`acquire_owned`](Self::acquire_owned) for one that
     /// does not.
     pub async fn acquire(&self, timeout: Duration) -> Result<Permit<'_>, AcquireError> {
-        self.acquire_in(PartitionId::DEFAULT, timeout).await
+        // The fast path inline here rather than through `acquire_in`'s future: one future less
+        // on the uncontended round trip.
+        if let Ok(permit) = self.try_acquire_in(PartitionId::DEFAULT) {
+            return Ok(permit);
+        }
+        self.wait(PartitionId::DEFAULT, timeout).await
     }
 
     /// [`acquire`](Self::acquire), answering a permit that holds its own handle on the limiter
@@ -478,6 +483,15 @@ impl Limiter {
         if let Ok(permit) = self.try_acquire_in(partition) {
             return Ok(permit);
         }
+        self.wait(partition, timeout).await
+    }
+
+    /// Queues for a permit for `partition`, up to `timeout`.
+    async fn wait(
+        &self,
+        partition: PartitionId,
+        timeout: Duration,
+    ) -> Result<Permit<'_>, AcquireError> {
         match tokio::time::timeout(timeout, WaitForPermit::new(self, partition)).await {
             Ok(permit) => Ok(permit),
             Err(_) => Err(AcquireError::Timeout { waited: timeout }),
