@@ -10,6 +10,9 @@ pub use crate::clock::{Clock, ManualClock, MonotonicClock};
 /// The clock a limiter reads: the two built-in clocks are called directly (no dynamic dispatch
 /// on the permit path), any other [`Clock`] through a trait object.
 #[derive(Clone)]
+// An explicit tag: the built-in clock is found by one byte compare, not by decoding a niche in
+// the wrapped clocks' own enums.
+#[repr(u8)]
 pub(crate) enum LimiterClock {
     /// [`MonotonicClock`].
     System(MonotonicClock),

@@ -14,6 +14,7 @@ use super::occupancy::{Occupancy, Take};
 use super::partition::{PartitionId, Partitions};
 use super::permit::{OwnedPermit, Permit};
 use super::stats::{LimiterMetrics, LimiterSnapshot, RttWindow};
+use super::vegas::Vegas;
 
 /// Which queued caller gets the next free permit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -26,9 +27,55 @@ pub enum QueueOrder {
     Lifo,
 }
 
+/// The limiter's algorithm: a [`Vegas`] is called directly (its per-sample path inlined into
+/// the release, the RTT passed in nanoseconds), any other algorithm through a trait object.
+enum Algorithm {
+    Vegas(Box<Vegas>),
+    Dyn(Box<dyn LimitAlgorithm>),
+}
+
+impl Algorithm {
+    /// Wraps `algorithm`, recognising [`Vegas`].
+    fn of<A: LimitAlgorithm>(algorithm: A) -> Self {
+        let any: &dyn std::any::Any = &algorithm;
+        match any.downcast_ref::<Vegas>() {
+            // Cloned once, at construction; the original is dropped.
+            Some(vegas) => Self::Vegas(Box::new(vegas.clone())),
+            None => Self::Dyn(Box::new(algorithm)),
+        }
+    }
+
+    fn name(&self) -> &'static str {
+        match self {
+            Self::Vegas(vegas) => vegas.name(),
+            Self::Dyn(algorithm) => algorithm.name(),
+        }
+    }
+
+    fn limit(&self) -> usize {
+        match self {
+            Self::Vegas(vegas) => vegas.limit(),
+            Self::Dyn(algorithm) => algorithm.limit(),
+        }
+    }
+
+    /// Feeds one completed call; answers the new limit.
+    #[inline]
+    fn update(&mut self, rtt_nanos: u64, in_flight: usize, outcome: Outcome) -> usize {
+        match self {
+            Self::Vegas(vegas) => vegas.update_nanos(rtt_nanos, in_flight, outcome),
+            Self::Dyn(algorithm) => algorithm.update(&Sample {
+                rtt: Duration::from_nanos(rtt_nanos),
+                in_flight,
+                outcome,
+            }),
+        }
+    }
+}
+
 /// Configures and builds a [`Limiter`].
 pub struct LimiterBuilder {
-    algorithm: Box<dyn LimitAlgorithm>,
+    algorithm: Algorithm,
     clock: LimiterClock,
     order: QueueOrder,
     name: String,
@@ -127,7 +174,7 @@ pub(crate) struct Grant {
 /// Limiter state behind the lock. The permit count lives in [`Occupancy`] beside it: it is
 /// incremented without the lock by uncontended grants, and only ever decremented under it.
 pub(crate) struct State {
-    algorithm: Box<dyn LimitAlgorithm>,
+    algorithm: Algorithm,
     limit: usize,
     partitions: Partitions,
     waiters: VecDeque<Arc<Waiter>>,
@@ -212,6 +259,7 @@ impl State {
 
     /// Grants queued callers while there is room: first those below their guarantee, in queue
     /// order, then the rest in queue order.
+    #[inline(never)]
     fn grant_waiters(&mut self, occupancy: &Occupancy, now_nanos: u64) {
         while !self.waiters.is_empty() && occupancy.in_flight() < self.limit {
             let below = if self.partitions.declared() {
@@ -245,28 +293,24 @@ impl State {
         self.sync_arbitration(occupancy);
     }
 
-    /// Returns a permit and feeds its sample to the algorithm; answers the RTT and whether the
-    /// limit changed.
+    /// Returns a permit and feeds its sample to the algorithm; answers the RTT in nanoseconds and
+    /// whether the limit changed.
+    #[inline]
     fn release(
         &mut self,
         occupancy: &Occupancy,
         grant: &Grant,
         outcome: Outcome,
         now_nanos: u64,
-    ) -> (Duration, bool) {
+    ) -> (u64, bool) {
         let rtt_nanos = now_nanos.saturating_sub(grant.start_nanos);
-        let rtt = Duration::from_nanos(rtt_nanos);
         occupancy.give_back();
         if self.partitions.declared() {
             self.partitions.give_back(grant.partition);
         }
         let limit = self
             .algorithm
-            .update(&Sample {
-                rtt,
-                in_flight: grant.in_flight,
-                outcome,
-            })
+            .update(rtt_nanos, grant.in_flight, outcome)
             .max(1);
         let changed = limit != self.limit;
         if changed {
@@ -279,7 +323,7 @@ impl State {
         if !self.waiters.is_empty() {
             self.grant_waiters(occupancy, now_nanos);
         }
-        (rtt, changed)
+        (rtt_nanos, changed)
     }
 }
 
@@ -340,7 +384,7 @@ impl Limiter {
     /// Starts configuring a limiter driven by `algorithm`.
     pub fn builder(algorithm: impl LimitAlgorithm) -> LimiterBuilder {
         LimiterBuilder {
-            algorithm: Box::new(algorithm),
+            algorithm: Algorithm::of(algorithm),
             clock: LimiterClock::System(MonotonicClock::new()),
             order: QueueOrder::Fifo,
             name: "default".to_owned(),
@@ -415,7 +459,12 @@ impl Limiter {
     /// The permit borrows this handle; see [`acquire_owned`](Self::acquire_owned) for one that
     /// does not.
     pub async fn acquire(&self, timeout: Duration) -> Result<Permit<'_>, AcquireError> {
-        self.acquire_in(PartitionId::DEFAULT, timeout).await
+        // The fast path inline here rather than through `acquire_in`'s future: one future less
+        // on the uncontended round trip.
+        if let Ok(permit) = self.try_acquire_in(PartitionId::DEFAULT) {
+            return Ok(permit);
+        }
+        self.wait(PartitionId::DEFAULT, timeout).await
     }
 
     /// [`acquire`](Self::acquire), answering a permit that holds its own handle on the limiter
@@ -434,6 +483,15 @@ impl Limiter {
         if let Ok(permit) = self.try_acquire_in(partition) {
             return Ok(permit);
         }
+        self.wait(partition, timeout).await
+    }
+
+    /// Queues for a permit for `partition`, up to `timeout`.
+    async fn wait(
+        &self,
+        partition: PartitionId,
+        timeout: Duration,
+    ) -> Result<Permit<'_>, AcquireError> {
         match tokio::time::timeout(timeout, WaitForPermit::new(self, partition)).await {
             Ok(permit) => Ok(permit),
             Err(_) => Err(AcquireError::Timeout { waited: timeout }),

@@ -222,9 +222,9 @@ impl LimiterMetrics {
         self.in_flight.increment(1.0);
     }
 
-    /// Counts a permit released with `outcome` after `rtt`, and the new limit if it changed.
+    /// Counts a permit released with `outcome` after `rtt_nanos`, and the new limit if it changed.
     #[inline]
-    pub(crate) fn released(&self, outcome: Outcome, rtt: Duration, new_limit: Option<usize>) {
+    pub(crate) fn released(&self, outcome: Outcome, rtt_nanos: u64, new_limit: Option<usize>) {
         self.in_flight.decrement(1.0);
         if let Some(limit) = new_limit {
             self.limit_changed(limit);
@@ -233,7 +233,7 @@ impl LimiterMetrics {
             Outcome::Success => {
                 self.success.increment(1);
                 // Converted to seconds only if a recorder is installed.
-                self.rtt.record(rtt);
+                self.rtt.record(Duration::from_nanos(rtt_nanos));
             }
             Outcome::Dropped => self.dropped.increment(1),
             Outcome::Ignored => self.ignored.increment(1),

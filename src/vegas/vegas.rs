@@ -198,6 +198,10 @@ pub struct Vegas {
     estimate: f64,
     /// The limit reported: the rounded estimate, or the probe limit while probing.
     current: usize,
+    /// Samples per window at the current limit: `max(baseline_window, current / 2)`.
+    window_len: usize,
+    /// Samples between periodic probes at the current limit: `probe_interval * current`.
+    probe_after: usize,
     window: SampleWindow,
     baseline: Baseline,
     phase: Phase,
@@ -218,6 +222,8 @@ impl Vegas {
         Ok(Self {
             estimate: config.bounds.initial() as f64,
             current: config.bounds.initial(),
+            window_len: window_len(&config, config.bounds.initial()),
+            probe_after: probe_after(&config, config.bounds.initial()),
             window: SampleWindow::with_capacity(config.baseline_window),
             baseline: Baseline::default(),
             phase: Phase::Tracking,
@@ -250,7 +256,8 @@ impl Vegas {
     }
 
     fn thresholds(&self) -> (f64, f64) {
-        let scale = if self.config.log10_scaling {
+        // log10 is at most 1 up to 10, where the scale is 1 anyway: skip it for small limits.
+        let scale = if self.config.log10_scaling && self.estimate > 10.0 {
             self.estimate.log10().max(1.0)
         } else {
             1.0
@@ -311,7 +318,7 @@ impl Vegas {
     }
 
     #[inline(never)]
-    fn on_probe_sample(&mut self, sample: &Sample, rtt: u64) {
+    fn on_probe_sample(&mut self, in_flight: usize, rtt: u64) {
         let Phase::Probing {
             restore,
             probe_limit,
@@ -325,7 +332,7 @@ impl Vegas {
         *seen += 1;
         if *skip > 0 {
             *skip -= 1;
-        } else if sample.in_flight <= *probe_limit {
+        } else if in_flight <= *probe_limit {
             self.probe_buffer.push(rtt);
         }
         let wanted = self.config.probe_samples.max(*probe_limit / 2);
@@ -351,16 +358,14 @@ impl Vegas {
     /// Feeds a successful sample while tracking; answers whether the estimate or the phase may
     /// have changed. Most samples only join the current window, so that path is kept minimal.
     #[inline]
-    fn on_success(&mut self, sample: &Sample, rtt: u64) -> bool {
+    fn on_success(&mut self, in_flight: usize, rtt: u64) -> bool {
         self.samples_since_probe += 1;
-        let len = self.config.baseline_window.max(self.current / 2);
         let mut changed = false;
-        if let Some(window) = self.window.push(rtt, sample.in_flight, len) {
+        if let Some(window) = self.window.push(rtt, in_flight, self.window_len) {
             self.on_window(&window);
             changed = true;
         }
-        let interval = self.config.probe_interval.saturating_mul(self.current);
-        if self.samples_since_probe >= interval {
+        if self.samples_since_probe >= self.probe_after {
             self.start_probe(self.congested_rounds > 0.0);
             changed = true;
         }
@@ -418,6 +423,58 @@ impl Vegas {
     }
 }
 
+impl Vegas {
+    /// [`LimitAlgorithm::update`] with the RTT in nanoseconds: what the limiter calls directly
+    /// (no `Duration` round trip, no dynamic dispatch) when its algorithm is a `Vegas`.
+    #[inline]
+    pub(crate) fn update_nanos(
+        &mut self,
+        rtt_nanos: u64,
+        in_flight: usize,
+        outcome: Outcome,
+    ) -> usize {
+        self.samples_since_cut = self.samples_since_cut.saturating_add(1);
+        let rtt = rtt_nanos.max(1);
+        match (outcome, &self.phase) {
+            // Nothing the limit depends on changed.
+            (Outcome::Ignored, _) => return self.current,
+            (Outcome::Success, Phase::Tracking) => {
+                if !self.on_success(in_flight, rtt) {
+                    return self.current;
+                }
+            }
+            (Outcome::Dropped, _) => self.on_drop(),
+            (Outcome::Success, Phase::Probing { .. }) => self.on_probe_sample(in_flight, rtt),
+        }
+        self.refresh_current()
+    }
+
+    /// Recomputes the reported limit after the estimate or the phase may have changed.
+    #[inline(never)]
+    fn refresh_current(&mut self) -> usize {
+        let current = match self.phase {
+            Phase::Probing { probe_limit, .. } => probe_limit,
+            Phase::Tracking => self.config.bounds.clamp(self.estimate),
+        };
+        if current != self.current {
+            self.current = current;
+            self.window_len = window_len(&self.config, current);
+            self.probe_after = probe_after(&self.config, current);
+        }
+        current
+    }
+}
+
+/// Samples per window at limit `current`: at least `baseline_window`, at least half the limit.
+fn window_len(config: &VegasConfig, current: usize) -> usize {
+    config.baseline_window.max(current / 2)
+}
+
+/// Samples between periodic probes at limit `current`: `probe_interval` rounds of the limit.
+fn probe_after(config: &VegasConfig, current: usize) -> usize {
+    config.probe_interval.saturating_mul(current)
+}
+
 impl LimitAlgorithm for Vegas {
     fn name(&self) -> &'static str {
         "vegas"
@@ -428,23 +485,6 @@ impl LimitAlgorithm for Vegas {
     }
 
     fn update(&mut self, sample: &Sample) -> usize {
-        self.samples_since_cut = self.samples_since_cut.saturating_add(1);
-        let rtt = duration_nanos(sample.rtt).max(1);
-        match (sample.outcome, &self.phase) {
-            // Nothing the limit depends on changed.
-            (Outcome::Ignored, _) => return self.current,
-            (Outcome::Success, Phase::Tracking) => {
-                if !self.on_success(sample, rtt) {
-                    return self.current;
-                }
-            }
-            (Outcome::Dropped, _) => self.on_drop(),
-            (Outcome::Success, Phase::Probing { .. }) => self.on_probe_sample(sample, rtt),
-        }
-        self.current = match self.phase {
-            Phase::Probing { probe_limit, .. } => probe_limit,
-            Phase::Tracking => self.config.bounds.clamp(self.estimate),
-        };
-        self.current
+        self.update_nanos(duration_nanos(sample.rtt), sample.in_flight, sample.outcome)
     }
 }
