@@ -135,12 +135,9 @@ fn bytes_per_key() -> (f64, f64) {
 criterion_group!(benches, single_key, keyed_100k, contended);
 
 fn main() {
-    let started = std::time::SystemTime::now();
-    benches();
-    Criterion::default().configure_from_args().final_summary();
-    if std::env::args().any(|a| a == "--list" || a == "--test") {
+    let Some(started) = support::run(benches) else {
         return;
-    }
+    };
     println!();
     println!("ratios (flowguard / governor, lower is better):");
     for group in ["single_key", "keyed_100k", "contended"] {

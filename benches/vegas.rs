@@ -173,12 +173,9 @@ fn paired_async(rounds: usize) -> [f64; 5] {
 }
 
 fn main() {
-    let started = std::time::SystemTime::now();
-    benches();
-    Criterion::default().configure_from_args().final_summary();
-    if std::env::args().any(|a| a == "--list" || a == "--test") {
+    let Some(started) = support::run(benches) else {
         return;
-    }
+    };
     println!();
     for (ours, theirs) in [
         ("flowguard", "tokio_semaphore"),

@@ -1,6 +1,19 @@
-//! Shared by the benches: criterion's results of this run, to print peer ratios.
+//! Shared by the benches: running criterion, and its results of this run, to print peer ratios.
 
 use std::time::SystemTime;
+
+use criterion::Criterion;
+
+/// Runs the criterion `benches` and prints criterion's summary; answers when the run started, to
+/// read this run's estimates with, or `None` when criterion only listed or smoke-tested them
+/// (`--list`, `--test`: no estimates to report).
+pub fn run(benches: fn()) -> Option<SystemTime> {
+    let started = SystemTime::now();
+    benches();
+    Criterion::default().configure_from_args().final_summary();
+    let measured = !std::env::args().any(|a| a == "--list" || a == "--test");
+    measured.then_some(started)
+}
 
 /// Criterion's point estimate of `statistic` (`"mean"` or `"median"`, ns) for `group/function`,
 /// if it was measured by this process.
