@@ -48,9 +48,12 @@ pub enum Overflow {
 /// ```
 ///
 /// Memory is bounded: at most [`max_keys`](KeyedRateLimiterBuilder::max_keys) keys are stored
-/// (per shard, `max_keys / shards`), keys whose TAT has passed are reclaimed as new keys arrive,
-/// and [`reclaim`](Self::reclaim) sweeps everything at once (e.g. from a periodic task).
-/// When a shard is full of live keys, [`Overflow`] decides.
+/// (per shard, `max_keys / shards`), and keys whose TAT has passed are reclaimed as new keys
+/// arrive: each new key pays for a sweep of 16 buckets of one shard, the shards taken in turn, so
+/// a key that has expired is gone once at most `2 × max_keys / 7 + 64` more new keys have arrived,
+/// whatever the hash seed (for the default `max_keys`, under 300,000; usually far fewer, as the
+/// bound assumes the largest shard). [`reclaim`](Self::reclaim) sweeps everything at once (e.g.
+/// from a periodic task). When a shard is full of live keys, [`Overflow`] decides.
 pub struct KeyedRateLimiter<K, C: Clock = MonotonicClock> {
     gcra: Gcra,
     quota: Quota,
