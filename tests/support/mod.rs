@@ -54,7 +54,7 @@ impl RedisServer {
         RedisServer::launch(extra, false, |_| {})
     }
 
-    /// Starts a server that only speaks TLS, with a fresh self-signed certificate for 127.0.0.1.
+    /// Starts a server that only speaks TLS, with the test suite's self-signed certificate for 127.0.0.1.
     pub fn start_tls() -> RedisServer {
         let extra = [
             "--tls-cert-file",
@@ -67,13 +67,13 @@ impl RedisServer {
             "no",
         ];
         RedisServer::launch(&extra, true, |dir| {
-            // A fresh self-signed certificate for the loopback address, made in-process (rcgen),
-            // so the test needs no openssl command.
-            let names = vec!["127.0.0.1".to_string(), "localhost".to_string()];
-            let certified =
-                rcgen::generate_simple_self_signed(names).expect("a self-signed certificate");
-            std::fs::write(dir.join("cert.pem"), certified.cert.pem()).unwrap();
-            std::fs::write(dir.join("key.pem"), certified.signing_key.serialize_pem()).unwrap();
+            // A self-signed certificate for the loopback address, valid until 2126, kept with
+            // the tests (tests/fixtures/tls), so the tests need neither openssl nor a crate to
+            // make one.
+            let fixtures = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tls");
+            for file in ["cert.pem", "key.pem"] {
+                std::fs::copy(fixtures.join(file), dir.join(file)).unwrap();
+            }
         })
     }
 

@@ -13,7 +13,7 @@
 //! resource) and completion time (when the last client succeeded).
 //!
 //! ```text
-//! cargo run --release --example backoff_sim -- [--clients 100] [--runs 20] [--seed 1]
+//! cargo run --release -p flowguard-harness --bin backoff_sim -- [--clients 100] [--runs 20] [--seed 1]
 //!     [--base-ms 10] [--cap-ms 100] [--json] [--plot DIR]
 //! ```
 //! `--json` prints `{"strategies":[{"name":..,"calls":..,"completion_ms":..}]}` as the last

@@ -5,7 +5,7 @@
 # at a given concurrency and prints requests/s: the ceiling a Rust client driving the same script
 # at the same concurrency should get close to (issue 3 target: >= 0.9x).
 #
-#   scripts/redis_benchmark.sh [-c 64] [-P 1] [-n 200000] [-r 100000] [--interval-us 1000] [--burst 1000]
+#   harness/scripts/redis_benchmark.sh [-c 64] [-P 1] [-n 200000] [-r 100000] [--interval-us 1000] [--burst 1000]
 #                              [--threads N] [--repeat 3] [--host H --port P] [--compare [--seconds 3]] [--json]
 #
 # -c is redis-benchmark's connections, each with -P requests in flight (pipelining). A Rust client
@@ -16,15 +16,15 @@
 # Each side runs --repeat times; the best run is the figure (on a shared machine other processes
 # can only slow a run down), the median is printed too.
 #
-# A Rust-side reference without the store: `cargo run --release --features redis --example
+# A Rust-side reference without the store: `cargo run --release -p flowguard-harness --bin
 # redis_cost -- --throughput --concurrency 64 --calls 200000` (raw EVALSHA, one multiplexed
 # connection, same keys and quota).
 # Without --port it starts its own redis-server on a free loopback port (no persistence) and
 # stops it on exit. With --port it uses that server as is (no FLUSHALL, no CONFIG RESETSTAT).
 #
-# Comparing with the Rust client (examples/redis_load.rs, from the `redis` branch):
+# Comparing with the Rust client (harness/src/bin/redis_load.rs):
 #   --compare runs, against the same server and after redis-benchmark,
-#     cargo run --release --features redis --example redis_load -- \
+#     cargo run --release -p flowguard-harness --bin redis_load -- \
 #       --redis redis://HOST:PORT/ --tasks C*P --seconds S --json
 #   and divides its `decisions_per_sec` (last stdout line) by the redis-benchmark figure. By hand:
 #   start a server, run this script with --port, then the command above with the same port and
@@ -35,7 +35,7 @@
 # redis_load and the server): compare figures taken on the same machine, in the same state,
 # preferably alternating the two a few times.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 
 host=127.0.0.1 port="" clients=64 pipeline=1 requests=200000 keyspace=100000
 interval_us=1000 burst=1000 threads="" compare=0 seconds=3 json=0 repeat=3
@@ -122,12 +122,12 @@ fi
 
 load_dps=null ratio=null
 if [ "$compare" = 1 ]; then
-  if [ ! -f examples/redis_load.rs ]; then
-    echo "redis_benchmark.sh: --compare needs examples/redis_load.rs (from the redis branch)" >&2
+  if [ ! -f harness/src/bin/redis_load.rs ]; then
+    echo "redis_benchmark.sh: --compare needs harness/src/bin/redis_load.rs" >&2
     exit 1
   fi
   tasks=$((clients * pipeline))
-  load_cmd=(cargo run --quiet --release --features redis --example redis_load -- --redis "redis://$host:$port/" --tasks "$tasks" --seconds "$seconds" --json)
+  load_cmd=(cargo run --quiet --release -p flowguard-harness --bin redis_load -- --redis "redis://$host:$port/" --tasks "$tasks" --seconds "$seconds" --json)
   echo "${load_cmd[*]}" >&2
   load_runs=""
   for _ in $(seq "$repeat"); do

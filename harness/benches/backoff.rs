@@ -22,7 +22,6 @@ fn budgets(c: &mut Criterion) {
             black_box(ours.try_withdraw(now))
         })
     });
-    #[cfg(feature = "tower")]
     {
         use tower::retry::budget::{Budget, TpsBudget};
         let tower = Arc::new(TpsBudget::new(Duration::from_secs(10), 10, 0.2));
@@ -45,7 +44,6 @@ fn budgets(c: &mut Criterion) {
             })
         })
     });
-    #[cfg(feature = "tower")]
     {
         use tower::retry::budget::{Budget, TpsBudget};
         let tower = Arc::new(TpsBudget::new(Duration::from_secs(10), 10, 0.2));

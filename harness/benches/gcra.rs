@@ -1,6 +1,6 @@
 //! flowguard's in-memory GCRA side by side with the `governor` crate, in one process.
 //!
-//! `cargo bench --bench gcra -- --output-format bencher` prints both per group, then the ratios
+//! `cargo bench -p flowguard-harness --bench gcra -- --output-format bencher` prints both per group, then the ratios
 //! (flowguard / governor, lower is better) and the heap bytes per live key of each keyed store.
 
 use std::alloc::{GlobalAlloc, Layout, System};

@@ -1,7 +1,7 @@
 //! What one rate-limit decision costs Redis: server CPU per call and memory per key.
 //!
 //! ```text
-//! cargo run --release --features redis --example redis_cost -- [--json] [--redis URL [--allow-flush]]
+//! cargo run --release -p flowguard-harness --bin redis_cost -- [--json] [--redis URL [--allow-flush]]
 //!     [--calls 100000] [--rounds 5] [--concurrency 16] [--hot-keys 100]
 //!     [--mem-keys 1000] [--log-entries 1000] [--script NAME=PATH]... [--redis-server BIN]
 //!     [--throughput] [--multi-thread]
@@ -29,7 +29,7 @@
 //! headline figure of each script is the mean of its two allowed workloads.
 //!
 //! Scripts: flowguard's (`src/gcra/redis/gcra.lua`, server `TIME`, cost 1), the same with an
-//! explicit client time (to price `TIME`), the naive reference (`scripts/naive_gcra.lua`), two
+//! explicit client time (to price `TIME`), the naive reference (`harness/scripts/naive_gcra.lua`), two
 //! floors (an empty script with the same arguments; a script doing only `GET` + `SET .. PX`), and
 //! any `--script NAME=PATH` taking flowguard's `KEYS`/`ARGV`.
 //!
@@ -56,9 +56,9 @@ type AnyError = Box<dyn Error + Send + Sync>;
 type Result<T> = std::result::Result<T, AnyError>;
 
 /// flowguard's script, exactly as the store ships it.
-const FLOWGUARD_LUA: &str = include_str!("../src/gcra/redis/gcra.lua");
+const FLOWGUARD_LUA: &str = include_str!("../../../src/gcra/redis/gcra.lua");
 /// The naive reference script of the design brief (client time, GET then SET EX, cost ignored).
-const NAIVE_LUA: &str = include_str!("../scripts/naive_gcra.lua");
+const NAIVE_LUA: &str = include_str!("../../scripts/naive_gcra.lua");
 /// Floor 1: what EVALSHA costs with one key and five arguments before the script does anything.
 const EMPTY_LUA: &str = "return 1";
 /// Floor 2: the two data commands any GET/SET GCRA script needs, and nothing else.
@@ -81,7 +81,7 @@ const STINGY: Quota = Quota {
     interval_us: 3_600_000_000,
     burst: 1,
 };
-/// Throughput reference: the quota `scripts/redis_benchmark.sh` uses by default (1000/s, burst 1000).
+/// Throughput reference: the quota `harness/scripts/redis_benchmark.sh` uses by default (1000/s, burst 1000).
 const BENCHMARK: Quota = Quota {
     interval_us: 1_000,
     burst: 1_000,
@@ -399,7 +399,7 @@ enum Keys {
     Hot,
     /// `--hot-keys` keys, one per hour: denied after the first call per key.
     HotDenied,
-    /// Spread over `THROUGHPUT_KEYSPACE` keys, the quota of `scripts/redis_benchmark.sh`.
+    /// Spread over `THROUGHPUT_KEYSPACE` keys, the quota of `harness/scripts/redis_benchmark.sh`.
     Spread,
 }
 
@@ -739,7 +739,7 @@ async fn drive(
 
 /// Client-side reference for the throughput target: raw `EVALSHA` of flowguard's script (server
 /// time, cost 1) through one multiplexed connection, `--concurrency` tasks, the workload of
-/// `scripts/redis_benchmark.sh`. The store's own example (`redis_load`) adds the store on top.
+/// `harness/scripts/redis_benchmark.sh`. The store's own example (`redis_load`) adds the store on top.
 async fn report_throughput(
     con: &mut MultiplexedConnection,
     options: &Options,

@@ -2,7 +2,7 @@
 //! `--seconds`, through one `RedisRateLimiter` (one multiplexed connection, or the cluster client).
 //!
 //! ```text
-//! cargo run --release --features redis --example redis_load -- \
+//! cargo run --release -p flowguard-harness --bin redis_load -- \
 //!     --redis redis://127.0.0.1:6379 --tasks 64 --seconds 3 --json [--prefix P] [--keys N] \
 //!     [--rate R --burst B --cost C] [--cluster URL,URL,...] [--threads N (default 1)]
 //! ```

@@ -18,7 +18,7 @@
 //!   within 15 % of where it ends the phase, whether or not that level is healthy.
 //!
 //! ```text
-//! cargo run --release --example vegas_sim -- [--json] [--plot DIR] [--seed N] [--slots N]
+//! cargo run --release -p flowguard-harness --bin vegas_sim -- [--json] [--plot DIR] [--seed N] [--slots N]
 //! ```
 
 use std::cmp::Reverse;
@@ -519,7 +519,7 @@ fn main() -> Result<(), Box<dyn Error>> {
 mod tests {
     use super::*;
 
-    /// The issue's targets, on a shortened run (`cargo test --example vegas_sim`).
+    /// The issue's targets, on a shortened run (`cargo test -p flowguard-harness --bin vegas_sim`).
     #[test]
     fn vegas_meets_its_targets_and_keeps_latency_below_aimd_and_gradient() {
         let scenario = Scenario {

@@ -2,7 +2,7 @@
 //! each with its own store and connection, under more offered load than the quota.
 //!
 //! ```text
-//! cargo run --release --features redis --example pods -- \
+//! cargo run --release -p flowguard-harness --bin pods -- \
 //!     --redis redis://127.0.0.1:6379 --pods 8 --rate 1000 --burst 100 --batch 50 --seconds 3 --json
 //! ```
 //!
