@@ -1,6 +1,8 @@
 #![doc = include_str!("../README.md")]
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
+// On docs.rs, mark every item that needs a feature with that feature.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 pub mod backoff;
 pub mod clock;
