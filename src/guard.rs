@@ -2,13 +2,10 @@
 //! concurrency limit for outbound calls, and polite retries for those calls.
 
 use std::fmt;
-use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::time::Instant;
-
-use crate::backoff::{Classification, GiveUp, RetryPolicy};
+use crate::backoff::{AttemptEnd, AttemptHook, Classification, RetryError, RetryPolicy};
 use crate::gcra::{Decision, GcraError, RateLimitStore};
 use crate::vegas::{AcquireError, Limiter, Permit};
 
@@ -42,8 +39,10 @@ pub const DEFAULT_ACQUIRE_TIMEOUT: Duration = Duration::from_millis(50);
 /// // Outbound: a call under the concurrency limit, retried while it is retryable.
 /// let answer = guard
 ///     .call(
-///         |attempt| async move { if attempt < 2 { Err("503") } else { Ok("200 OK") } },
-///         |outcome: &Result<&str, &str>| match outcome {
+///         |attempt| async move {
+///             if attempt < 2 { Err(std::io::Error::other("503")) } else { Ok("200 OK") }
+///         },
+///         |outcome: &Result<&str, std::io::Error>| match outcome {
 ///             Err(_) => Classification::Retryable { retry_after: None },
 ///             Ok(_) => Classification::NotRetryable,
 ///         },
@@ -58,6 +57,8 @@ pub struct Guard {
     admission: Option<Arc<dyn RateLimitStore>>,
     concurrency: Option<Arc<Limiter>>,
     retry: Option<RetryPolicy>,
+    /// The policy used without a configured one: a single attempt.
+    once: RetryPolicy,
     acquire_timeout: Duration,
 }
 
@@ -109,78 +110,16 @@ impl GuardBuilder {
             admission: self.admission,
             concurrency: self.concurrency,
             retry: self.retry,
+            once: RetryPolicy::once(),
             acquire_timeout: self.acquire_timeout.unwrap_or(DEFAULT_ACQUIRE_TIMEOUT),
         }
     }
 }
 
-/// Why [`Guard::call`] returned no success.
-#[derive(Debug)]
-#[non_exhaustive]
-pub enum GuardError<T, E> {
-    /// No concurrency permit was free within the acquire timeout: the call was not made
-    /// (shed it: answer 503, or degrade).
-    Shed {
-        /// Attempts made before this one.
-        attempts: u32,
-        /// The limiter's answer.
-        error: AcquireError,
-    },
-    /// The classifier said the error is final.
-    Failed {
-        /// Attempts made, the failing one included.
-        attempts: u32,
-        /// The error of the last attempt.
-        error: E,
-    },
-    /// The last outcome was retryable, but the policy stopped (attempts, budget, deadline).
-    GaveUp {
-        /// Why no further attempt was made.
-        reason: GiveUp,
-        /// Attempts made.
-        attempts: u32,
-        /// The last outcome (e.g. `Ok` of a 503 response, or a connection error).
-        last: Result<T, E>,
-    },
-    /// The retry policy's deadline passed during an attempt, which was cancelled.
-    DeadlineElapsed {
-        /// Attempts made, the cancelled one included.
-        attempts: u32,
-    },
-}
-
-impl<T, E: fmt::Display> fmt::Display for GuardError<T, E> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            GuardError::Shed { error, .. } => write!(f, "call shed: {error}"),
-            GuardError::Failed { attempts, error } => {
-                write!(f, "call failed after {attempts} attempt(s): {error}")
-            }
-            GuardError::GaveUp {
-                reason,
-                attempts,
-                last,
-            } => match last {
-                Ok(_) => write!(
-                    f,
-                    "gave up after {attempts} attempt(s) with a retryable response: {reason}"
-                ),
-                Err(e) => write!(
-                    f,
-                    "gave up after {attempts} attempt(s), last error {e}: {reason}"
-                ),
-            },
-            GuardError::DeadlineElapsed { attempts } => {
-                write!(
-                    f,
-                    "deadline passed during attempt {attempts}; the attempt was cancelled"
-                )
-            }
-        }
-    }
-}
-
-impl<T: fmt::Debug, E: fmt::Debug + fmt::Display> std::error::Error for GuardError<T, E> {}
+/// Why [`Guard::call`] returned no success: the retry engine's [`RetryError`], whose
+/// [`Shed`](RetryError::Shed) variant carries the concurrency limiter's [`AcquireError`] (no
+/// permit was free within the acquire timeout, so the attempt was not made).
+pub type GuardError<T, E> = RetryError<T, E, AcquireError>;
 
 impl Guard {
     /// Starts configuring a guard.
@@ -203,84 +142,27 @@ impl Guard {
     }
 
     /// Makes an outbound call: each attempt holds a concurrency permit (if configured) whose
-    /// outcome feeds the limit, and retryable outcomes are retried by the policy (if configured).
+    /// outcome feeds the limit, and retryable outcomes are retried by the policy (if configured;
+    /// without one, each call is made once).
     ///
     /// `op` gets the attempt number (1 for the first). `classify` decides per outcome:
     /// [`Classification::Retryable`] outcomes count as *dropped* for the concurrency limit
     /// (overload signals such as 429, 503, timeouts), other errors as *ignored*, successes as
-    /// *success*. A cancelled call releases its permit.
-    pub async fn call<T, E, Op, Fut, C>(
-        &self,
-        mut op: Op,
-        mut classify: C,
-    ) -> Result<T, GuardError<T, E>>
+    /// *success*; an attempt cancelled at the deadline counts as dropped. A permit is held for
+    /// one attempt, never across the wait before a retry. A cancelled call releases its permit.
+    /// This is the retry engine ([`RetryPolicy::run`]) with the permit as its attempt hook.
+    pub async fn call<T, E, Op, Fut, C>(&self, op: Op, classify: C) -> Result<T, GuardError<T, E>>
     where
         Op: FnMut(u32) -> Fut,
-        Fut: Future<Output = Result<T, E>>,
+        Fut: std::future::Future<Output = Result<T, E>>,
         C: FnMut(&Result<T, E>) -> Classification,
     {
-        let mut state = self
-            .retry
-            .as_ref()
-            .map(|p| p.begin(Instant::now().into_std()));
-        loop {
-            let attempts = state.as_ref().map_or(1, |s| s.attempts());
-            let permit = self.permit(attempts).await?;
-            let attempt = op(attempts);
-            let outcome = match state.as_ref().and_then(|s| s.deadline_at()) {
-                None => attempt.await,
-                Some(at) => match tokio::time::timeout_at(at.into(), attempt).await {
-                    Ok(outcome) => outcome,
-                    Err(_elapsed) => {
-                        if let Some(p) = permit {
-                            p.dropped();
-                        }
-                        return Err(GuardError::DeadlineElapsed { attempts });
-                    }
-                },
-            };
-            let class = classify(&outcome);
-            if let Some(p) = permit {
-                match (&outcome, class) {
-                    (_, Classification::Retryable { .. }) => p.dropped(),
-                    (Ok(_), Classification::NotRetryable) => p.success(),
-                    (Err(_), Classification::NotRetryable) => p.ignore(),
-                }
-            }
-            let retry_after = match class {
-                Classification::NotRetryable => {
-                    return outcome.map_err(|error| GuardError::Failed { attempts, error });
-                }
-                Classification::Retryable { retry_after } => retry_after,
-            };
-            let next = match state.as_mut() {
-                Some(s) => s.next_delay(Instant::now().into_std(), retry_after),
-                None => Err(GiveUp::AttemptsExhausted { max: 1 }),
-            };
-            match next {
-                Ok(wait) => tokio::time::sleep(wait).await,
-                Err(reason) => {
-                    return Err(GuardError::GaveUp {
-                        reason,
-                        attempts,
-                        last: outcome,
-                    });
-                }
-            }
-        }
-    }
-
-    async fn permit<T, E>(&self, attempts: u32) -> Result<Option<Permit<'_>>, GuardError<T, E>> {
-        match &self.concurrency {
-            None => Ok(None),
-            Some(limiter) => match limiter.acquire(self.acquire_timeout).await {
-                Ok(permit) => Ok(Some(permit)),
-                Err(error) => Err(GuardError::Shed {
-                    attempts: attempts - 1,
-                    error,
-                }),
-            },
-        }
+        let mut permits = PermitPerAttempt {
+            limiter: self.concurrency.as_deref(),
+            timeout: self.acquire_timeout,
+        };
+        let policy = self.retry.as_ref().unwrap_or(&self.once);
+        policy.run(op, classify, &mut permits).await
     }
 
     /// The inbound rate limit, if configured.
@@ -307,5 +189,43 @@ impl fmt::Debug for Guard {
             .field("retry", &self.retry)
             .field("acquire_timeout", &self.acquire_timeout)
             .finish()
+    }
+}
+
+/// The attempt hook of [`Guard::call`]: one concurrency permit per attempt, its outcome from the
+/// classification.
+struct PermitPerAttempt<'a> {
+    limiter: Option<&'a Limiter>,
+    timeout: Duration,
+}
+
+impl<'a, T, E> AttemptHook<T, E> for PermitPerAttempt<'a> {
+    type Ticket = Option<Permit<'a>>;
+    type Refusal = AcquireError;
+
+    async fn before(&mut self, _attempt: u32) -> Result<Option<Permit<'a>>, AcquireError> {
+        match self.limiter {
+            None => Ok(None),
+            Some(limiter) => limiter.acquire(self.timeout).await.map(Some),
+        }
+    }
+
+    fn after(&mut self, permit: Option<Permit<'a>>, end: AttemptEnd<'_, T, E>) {
+        let Some(permit) = permit else { return };
+        match end {
+            AttemptEnd::Cancelled
+            | AttemptEnd::Finished {
+                class: Classification::Retryable { .. },
+                ..
+            } => permit.dropped(),
+            AttemptEnd::Finished {
+                outcome: Ok(_),
+                class: Classification::NotRetryable,
+            } => permit.success(),
+            AttemptEnd::Finished {
+                outcome: Err(_),
+                class: Classification::NotRetryable,
+            } => permit.ignore(),
+        }
     }
 }

@@ -228,3 +228,120 @@ async fn an_attempt_running_at_the_deadline_is_cancelled() {
     assert_eq!(start.elapsed(), Duration::from_secs(10));
     assert_eq!(err.into_last(), None);
 }
+
+/// Records what the engine tells an attempt hook, and refuses attempt `refuse_at`.
+struct Recorder {
+    events: Vec<String>,
+    refuse_at: u32,
+}
+
+impl flowguard::backoff::AttemptHook<u32, &'static str> for Recorder {
+    type Ticket = u32;
+    type Refusal = &'static str;
+
+    async fn before(&mut self, attempt: u32) -> Result<u32, &'static str> {
+        self.events.push(format!("before {attempt}"));
+        if attempt == self.refuse_at {
+            return Err("no permit");
+        }
+        Ok(attempt)
+    }
+
+    fn after(&mut self, ticket: u32, end: flowguard::backoff::AttemptEnd<'_, u32, &'static str>) {
+        use flowguard::backoff::AttemptEnd;
+        let what = match end {
+            AttemptEnd::Finished {
+                class: Classification::Retryable { .. },
+                ..
+            } => "retryable",
+            AttemptEnd::Finished { outcome: Ok(_), .. } => "ok",
+            AttemptEnd::Finished {
+                outcome: Err(_), ..
+            } => "final error",
+            AttemptEnd::Cancelled => "cancelled",
+        };
+        self.events.push(format!("after {ticket} {what}"));
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_engine_runs_the_hook_around_every_attempt_and_never_across_a_wait() {
+    let mut hook = Recorder {
+        events: vec![],
+        refuse_at: 0,
+    };
+    let result = policy(4)
+        .build()
+        .unwrap()
+        .run(
+            |attempt| async move {
+                if attempt < 3 {
+                    Err("busy")
+                } else {
+                    Ok(attempt)
+                }
+            },
+            asks(None),
+            &mut hook,
+        )
+        .await;
+    assert_eq!(result.unwrap(), 3);
+    assert_eq!(
+        hook.events,
+        [
+            "before 1",
+            "after 1 retryable",
+            "before 2",
+            "after 2 retryable",
+            "before 3",
+            "after 3 ok"
+        ]
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_refusing_hook_sheds_the_call_and_a_deadline_cancels_the_attempt() {
+    let mut hook = Recorder {
+        events: vec![],
+        refuse_at: 2,
+    };
+    let result = policy(4)
+        .build()
+        .unwrap()
+        .run(|_| async { Err::<u32, _>("busy") }, asks(None), &mut hook)
+        .await;
+    assert!(
+        matches!(
+            result,
+            Err(RetryError::Shed {
+                attempts: 1,
+                error: "no permit"
+            })
+        ),
+        "{result:?}"
+    );
+    assert_eq!(hook.events, ["before 1", "after 1 retryable", "before 2"]);
+
+    let mut hook = Recorder {
+        events: vec![],
+        refuse_at: 0,
+    };
+    let result = policy(4)
+        .deadline(Duration::from_secs(1))
+        .build()
+        .unwrap()
+        .run(
+            |_| async {
+                tokio::time::sleep(Duration::from_secs(5)).await;
+                Ok::<u32, &str>(1)
+            },
+            asks(None),
+            &mut hook,
+        )
+        .await;
+    assert!(
+        matches!(result, Err(RetryError::DeadlineElapsed { attempts: 1 })),
+        "{result:?}"
+    );
+    assert_eq!(hook.events, ["before 1", "after 1 cancelled"]);
+}

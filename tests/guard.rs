@@ -102,7 +102,7 @@ async fn gives_up_after_the_attempts_and_returns_the_last_outcome() {
         .await;
     assert!(matches!(
         result,
-        Err(GuardError::Failed {
+        Err(GuardError::NotRetryable {
             attempts: 1,
             error: "400"
         })
@@ -167,4 +167,40 @@ async fn overload_signals_shrink_the_limit_and_cancelled_calls_release_their_per
             .is_err()
     );
     assert_eq!(guard.concurrency().unwrap().in_flight(), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_permit_is_never_held_while_waiting_to_retry() {
+    let limiter = Limiter::new(Fixed::new(1).unwrap()).unwrap();
+    let guard = Guard::builder()
+        .concurrency(limiter)
+        .retry(policy(2))
+        .build();
+    let waiting = guard.clone();
+    let call = tokio::spawn(async move {
+        waiting
+            .call(
+                |attempt| async move { if attempt < 2 { Err("429") } else { Ok(attempt) } },
+                retry_on_err(Some(Duration::from_secs(10))),
+            )
+            .await
+    });
+    // The first attempt has failed and the call sleeps 10 s before its retry.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let other = guard.concurrency().unwrap().try_acquire();
+    assert!(other.is_ok(), "the sleeping call still holds its permit");
+    drop(other);
+    assert_eq!(call.await.unwrap().unwrap(), 2);
+    assert_eq!(guard.concurrency().unwrap().in_flight(), 0);
+}
+
+#[test]
+fn guard_calls_are_send_so_they_can_be_spawned() {
+    fn assert_send<F: Send>(_: &F) {}
+    let guard = Guard::builder()
+        .concurrency(Limiter::new(Fixed::new(4).unwrap()).unwrap())
+        .retry(policy(3))
+        .build();
+    let call = guard.call(|_| async { Ok::<_, &str>(1) }, retry_on_err(None));
+    assert_send(&call);
 }

@@ -139,11 +139,17 @@ impl fmt::Display for GiveUp {
     }
 }
 
-/// The error of [`RetryPolicy::retry`](crate::backoff::RetryPolicy::retry), carrying the last
-/// outcome so the caller can still inspect the final response or error.
+/// The error of the retry engine ([`RetryPolicy::retry`](crate::backoff::RetryPolicy::retry),
+/// [`RetryPolicy::run`](crate::backoff::RetryPolicy::run), and so of
+/// [`Guard::call`](crate::Guard::call)), carrying the last outcome so the caller can still
+/// inspect the final response or error.
+///
+/// `R` is why an attempt hook refused to start an attempt: [`Infallible`](std::convert::Infallible)
+/// for plain retries (no hook), [`AcquireError`](crate::vegas::AcquireError) for `Guard::call`,
+/// whose hook takes a concurrency permit per attempt.
 #[derive(Debug)]
 #[non_exhaustive]
-pub enum RetryError<T, E> {
+pub enum RetryError<T, E, R = std::convert::Infallible> {
     /// The classifier said the error must not be retried.
     NotRetryable {
         /// Attempts made, the failing one included.
@@ -165,14 +171,24 @@ pub enum RetryError<T, E> {
         /// The last outcome: a retryable response (`Ok`, e.g. a 429) or error (`Err`).
         last: Result<T, E>,
     },
+    /// The attempt hook refused to start an attempt, so the call was not (or no longer) made:
+    /// for `Guard::call`, no concurrency permit was free within the acquire timeout. Shed the
+    /// request: answer 503, or degrade.
+    Shed {
+        /// Attempts made before the refused one.
+        attempts: u32,
+        /// The hook's reason.
+        error: R,
+    },
 }
 
-impl<T, E> RetryError<T, E> {
-    /// The reason the policy stopped, or `None` for a non-retryable error.
+impl<T, E, R> RetryError<T, E, R> {
+    /// The reason the policy stopped, or `None` for a non-retryable error, a cancelled attempt
+    /// or a shed call.
     pub fn give_up_reason(&self) -> Option<&GiveUp> {
         match self {
-            Self::NotRetryable { .. } | Self::DeadlineElapsed { .. } => None,
             Self::GaveUp { reason, .. } => Some(reason),
+            Self::NotRetryable { .. } | Self::DeadlineElapsed { .. } | Self::Shed { .. } => None,
         }
     }
 
@@ -181,22 +197,23 @@ impl<T, E> RetryError<T, E> {
         match self {
             Self::NotRetryable { attempts, .. }
             | Self::DeadlineElapsed { attempts }
-            | Self::GaveUp { attempts, .. } => *attempts,
+            | Self::GaveUp { attempts, .. }
+            | Self::Shed { attempts, .. } => *attempts,
         }
     }
 
     /// The last outcome (response or error); `None` when the last attempt was cancelled at
-    /// the deadline.
+    /// the deadline or never started (shed).
     pub fn into_last(self) -> Option<Result<T, E>> {
         match self {
             Self::NotRetryable { error, .. } => Some(Err(error)),
-            Self::DeadlineElapsed { .. } => None,
+            Self::DeadlineElapsed { .. } | Self::Shed { .. } => None,
             Self::GaveUp { last, .. } => Some(last),
         }
     }
 }
 
-impl<T, E: fmt::Display> fmt::Display for RetryError<T, E> {
+impl<T, E: fmt::Display, R: fmt::Display> fmt::Display for RetryError<T, E, R> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Self::NotRetryable { attempts, error } => {
@@ -217,15 +234,24 @@ impl<T, E: fmt::Display> fmt::Display for RetryError<T, E> {
                     Err(e) => write!(f, " (last error: {e})"),
                 }
             }
+            Self::Shed { attempts, error } => {
+                write!(f, "call shed after {attempts} attempt(s): {error}")
+            }
         }
     }
 }
 
-impl<T: fmt::Debug, E: std::error::Error + 'static> std::error::Error for RetryError<T, E> {
+impl<T, E, R> std::error::Error for RetryError<T, E, R>
+where
+    T: fmt::Debug,
+    E: std::error::Error + 'static,
+    R: std::error::Error + 'static,
+{
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
             Self::NotRetryable { error, .. } => Some(error),
             Self::GaveUp { last: Err(e), .. } => Some(e),
+            Self::Shed { error, .. } => Some(error),
             Self::GaveUp { .. } | Self::DeadlineElapsed { .. } => None,
         }
     }

@@ -11,7 +11,8 @@
 //!   header's `t`, bounded by [`MAX_RETRY_AFTER`]; parsing takes `now` as an argument.
 //! - [`RetryBudget`]: retries limited to a share of recent requests plus a floor per second.
 //! - [`RetryPolicy`] / [`RetryState`]: attempts, deadline (fail fast), budget, and
-//!   `max(backoff, Retry-After)` waits; [`RetryPolicy::retry`] is the async loop on `tokio::time`.
+//!   `max(backoff, Retry-After)` waits; [`RetryPolicy::run`] is the one retry engine on
+//!   `tokio::time`, with an [`AttemptHook`] around each attempt ([`RetryPolicy::retry`] without one).
 //! - [`HttpRetryPolicy`]: which methods, statuses and errors are retried, used by
 //!   `tower` (feature `tower`) and `reqwest-middleware` (feature `reqwest`) glue.
 //!
@@ -48,6 +49,6 @@ pub use http_policy::{HttpRetryPolicy, IDEMPOTENCY_KEY};
 pub use jitter::{BackoffBounds, CapAwareJitter, DecorrelatedJitter, Exponential, FullJitter};
 pub use policy::{RetryPolicy, RetryPolicyBuilder, RetryState};
 pub use rate_limit::parse_rate_limit_reset;
-pub use retry::Classification;
+pub use retry::{AttemptEnd, AttemptHook, Classification, NoHook};
 pub use retry_after::{MAX_RETRY_AFTER, RetryAfter};
 pub use strategy::{Backoff, BackoffStrategy};

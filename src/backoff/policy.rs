@@ -57,6 +57,16 @@ pub struct RetryPolicyBuilder {
 }
 
 impl RetryPolicy {
+    /// A policy that makes one attempt and never retries (no budget, no deadline): what
+    /// [`Guard::call`](crate::Guard::call) uses when no retry policy is configured.
+    pub fn once() -> RetryPolicy {
+        RetryPolicy::builder()
+            .max_attempts(1)
+            .without_budget()
+            .build()
+            .unwrap_or_else(|_| unreachable!("one attempt without a budget is a valid policy"))
+    }
+
     /// Starts a builder with the defaults.
     pub fn builder() -> RetryPolicyBuilder {
         RetryPolicyBuilder {

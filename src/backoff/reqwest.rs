@@ -15,18 +15,25 @@
 //!
 //! A request whose body is a stream cannot be copied (`reqwest::Request::try_clone` returns
 //! `None`): it is sent once, not retried, and a `tracing::debug!` event says so. When the
-//! policy gives up, the last response (e.g. the final 429) or error is returned unchanged.
+//! policy gives up, the last response (e.g. the final 429) or error is returned unchanged. The
+//! attempts are driven by the crate's one retry engine ([`RetryPolicy::run`](super::RetryPolicy::run)),
+//! so an attempt still running at the policy's deadline is cancelled and the call fails with
+//! that [`RetryError`](super::RetryError) as a middleware error.
 
+use std::sync::Arc;
 use std::time::SystemTime;
 
 use http::Extensions;
+use parking_lot::Mutex;
 use reqwest::{Request, Response};
 use reqwest_middleware::{Error, Middleware, Next, Result};
 use tokio::time::Instant;
 
+use tracing::Instrument;
+
 use super::classify::{ErrorClassifier, TransientErrors, is_transient};
+use super::error::RetryError;
 use super::http_policy::HttpRetryPolicy;
-use super::retry::Classification;
 
 /// Retries requests through `reqwest-middleware`, applying [`HttpRetryPolicy`].
 #[derive(Debug, Clone)]
@@ -64,40 +71,72 @@ where
         extensions: &mut Extensions,
         next: Next<'_>,
     ) -> Result<Response> {
-        let started = Instant::now().into_std();
+        let span = tracing::debug_span!("retry", method = %req.method(), url = %req.url());
         let policy = self.rules.policy();
-        policy.record_request(started);
-        if !self.rules.allows(req.method(), req.headers()) {
-            tracing::debug!(method = %req.method(), url = %req.url(), "request will not be retried: method is not idempotent (no Idempotency-Key, no opt-in)");
+        let once = if !self.rules.allows(req.method(), req.headers()) {
+            Some("method is not idempotent (no Idempotency-Key, no opt-in)")
+        } else if req.try_clone().is_none() {
+            Some("its body is a stream and cannot be cloned")
+        } else {
+            None
+        };
+        if let Some(reason) = once {
+            // Sent once, but still a request the budget's share of retries is counted against.
+            policy.record_request(Instant::now().into_std());
+            tracing::debug!(parent: &span, reason, "request will not be retried");
             return next.run(req, extensions).await;
         }
-        let mut call = policy.state_since(started);
-        loop {
-            let Some(attempt) = req.try_clone() else {
-                tracing::debug!(method = %req.method(), url = %req.url(), "request will not be retried: its body is a stream and cannot be cloned");
-                return next.run(req, extensions).await;
-            };
-            let outcome = next.clone().run(attempt, extensions).await;
-            let classification = match &outcome {
-                Ok(res) => {
-                    self.rules
-                        .classify_response(res.status(), res.headers(), SystemTime::now())
-                }
-                Err(e) => self.rules.classify_error(e),
-            };
-            let Classification::Retryable { retry_after } = classification else {
-                return outcome;
-            };
-            match call.next_delay(Instant::now().into_std(), retry_after) {
-                Ok(wait) => {
-                    tracing::debug!(method = %req.method(), url = %req.url(), attempt = call.attempts(), ?wait, "retrying request");
-                    tokio::time::sleep(wait).await;
-                }
-                Err(reason) => {
-                    tracing::debug!(method = %req.method(), url = %req.url(), attempts = call.attempts(), %reason, "not retrying request");
-                    return outcome;
-                }
-            }
+        // Each attempt runs on its own copy of the extensions, which its future owns (a future
+        // borrowing them across attempts could not be `Send`); the last attempt's copy is what
+        // the caller sees afterwards, as if that attempt had been the only one.
+        let last_extensions = Arc::new(Mutex::new(None::<Extensions>));
+        let result = policy
+            .retry(
+                |_attempt| {
+                    let attempt = req.try_clone();
+                    let next = next.clone();
+                    let mut attempt_extensions = extensions.clone();
+                    let last_extensions = Arc::clone(&last_extensions);
+                    async move {
+                        let outcome = match attempt {
+                            Some(attempt) => next.run(attempt, &mut attempt_extensions).await,
+                            None => Err(Error::middleware(BodyNotClonable)),
+                        };
+                        *last_extensions.lock() = Some(attempt_extensions);
+                        outcome
+                    }
+                },
+                |outcome| match outcome {
+                    Ok(res) => {
+                        self.rules
+                            .classify_response(res.status(), res.headers(), SystemTime::now())
+                    }
+                    Err(e) => self.rules.classify_error(e),
+                },
+            )
+            .instrument(span)
+            .await;
+        if let Some(last) = last_extensions.lock().take() {
+            *extensions = last;
+        }
+        match result {
+            Ok(response) => Ok(response),
+            // Giving up returns the last response (e.g. the final 429) or error unchanged.
+            Err(RetryError::GaveUp { last, .. }) => last,
+            Err(RetryError::NotRetryable { error, .. }) => Err(error),
+            Err(e) => Err(Error::middleware(e)),
         }
     }
 }
+
+/// A request body that could be cloned for the first attempt could not be for a later one.
+#[derive(Debug)]
+struct BodyNotClonable;
+
+impl std::fmt::Display for BodyNotClonable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("the request body could not be cloned for a retry")
+    }
+}
+
+impl std::error::Error for BodyNotClonable {}

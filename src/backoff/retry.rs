@@ -1,12 +1,15 @@
-//! The async retry loop: [`RetryPolicy::retry`] and the [`Classification`] its classifier returns.
+//! The one retry engine: [`RetryPolicy::run`] drives the attempts of a call, with an
+//! [`AttemptHook`] around each attempt; [`RetryPolicy::retry`], [`Guard::call`](crate::Guard::call),
+//! the reqwest middleware and the tower policy all decide through it.
 
+use std::convert::Infallible;
 use std::future::Future;
-use std::time::Duration;
+use std::time::{Duration, Instant as StdInstant};
 
 use tokio::time::Instant;
 
-use super::error::RetryError;
-use super::policy::RetryPolicy;
+use super::error::{GiveUp, RetryError};
+use super::policy::{RetryPolicy, RetryState};
 
 /// What a classifier decides about one attempt's outcome.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -20,6 +23,57 @@ pub enum Classification {
     NotRetryable,
 }
 
+/// How one attempt ended, as an [`AttemptHook`] is told.
+#[derive(Debug)]
+pub enum AttemptEnd<'a, T, E> {
+    /// The attempt finished with `outcome`, which the classifier judged `class`.
+    Finished {
+        /// The attempt's outcome.
+        outcome: &'a Result<T, E>,
+        /// The classifier's verdict on it.
+        class: Classification,
+    },
+    /// The overall deadline passed while the attempt ran; it was cancelled.
+    Cancelled,
+}
+
+/// What runs around each attempt of a retried call: the seam for anything that must hold for
+/// exactly one attempt, such as a concurrency permit.
+///
+/// [`before`](Self::before) runs before every attempt and hands out a ticket (e.g. a permit) or
+/// refuses, which ends the call with [`RetryError::Shed`]; [`after`](Self::after) gets the
+/// ticket back with how the attempt ended. A ticket is never held across the wait between
+/// attempts. When the caller drops the call's future during an attempt, the ticket is dropped
+/// without `after` (a permit's drop releases it).
+pub trait AttemptHook<T, E> {
+    /// Held while one attempt runs.
+    type Ticket;
+    /// Why an attempt could not start.
+    type Refusal;
+
+    /// Called before attempt `attempt` (1 for the first) starts.
+    fn before(&mut self, attempt: u32)
+    -> impl Future<Output = Result<Self::Ticket, Self::Refusal>>;
+
+    /// Called once attempt's outcome is classified, or it was cancelled at the deadline.
+    fn after(&mut self, ticket: Self::Ticket, end: AttemptEnd<'_, T, E>);
+}
+
+/// The hook that does nothing: plain retries.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NoHook;
+
+impl<T, E> AttemptHook<T, E> for NoHook {
+    type Ticket = ();
+    type Refusal = Infallible;
+
+    fn before(&mut self, _attempt: u32) -> impl Future<Output = Result<(), Infallible>> {
+        std::future::ready(Ok(()))
+    }
+
+    fn after(&mut self, _ticket: (), _end: AttemptEnd<'_, T, E>) {}
+}
+
 impl RetryPolicy {
     /// Runs `op` until `classify` says an outcome is final or the policy gives up.
     ///
@@ -28,7 +82,7 @@ impl RetryPolicy {
     /// [`RetryError::NotRetryable`]; giving up yields [`RetryError::GaveUp`] with the last
     /// outcome; an attempt still running at the deadline is dropped
     /// ([`RetryError::DeadlineElapsed`]). Dropping the returned future cancels the call
-    /// (nothing is left behind).
+    /// (nothing is left behind). This is [`run`](Self::run) with no hook.
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
@@ -50,40 +104,113 @@ impl RetryPolicy {
     /// # Ok(())
     /// # }
     /// ```
-    pub async fn retry<T, E, Op, Fut, C>(
-        &self,
-        mut op: Op,
-        mut classify: C,
-    ) -> Result<T, RetryError<T, E>>
+    pub async fn retry<T, E, Op, Fut, C>(&self, op: Op, classify: C) -> Result<T, RetryError<T, E>>
     where
         Op: FnMut(u32) -> Fut,
         Fut: Future<Output = Result<T, E>>,
         C: FnMut(&Result<T, E>) -> Classification,
     {
+        self.run(op, classify, &mut NoHook).await
+    }
+
+    /// The retry engine: [`retry`](Self::retry) with `hook` run around every attempt.
+    ///
+    /// Per attempt: `hook.before`, then `op`, bounded by the policy's deadline; the outcome is
+    /// classified and handed to `hook.after`; a retryable outcome waits
+    /// `max(backoff, Retry-After)` and goes again while attempts, budget and deadline allow.
+    /// Every decision to retry or give up is logged at debug level here, once for all callers.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use std::future::Future;
+    /// use flowguard::backoff::{AttemptEnd, AttemptHook, Classification, RetryPolicy};
+    ///
+    /// /// Counts attempts that ended retryable.
+    /// struct Count(u32);
+    /// impl<T, E> AttemptHook<T, E> for Count {
+    ///     type Ticket = ();
+    ///     type Refusal = std::convert::Infallible;
+    ///     fn before(&mut self, _: u32) -> impl Future<Output = Result<(), Self::Refusal>> {
+    ///         std::future::ready(Ok(()))
+    ///     }
+    ///     fn after(&mut self, _: (), end: AttemptEnd<'_, T, E>) {
+    ///         if let AttemptEnd::Finished { class: Classification::Retryable { .. }, .. } = end {
+    ///             self.0 += 1;
+    ///         }
+    ///     }
+    /// }
+    ///
+    /// let policy = RetryPolicy::builder().max_attempts(3).seed(1).build()?;
+    /// let mut count = Count(0);
+    /// let result = policy
+    ///     .run(
+    ///         |attempt| async move { if attempt < 3 { Err("busy") } else { Ok(attempt) } },
+    ///         |outcome: &Result<u32, &str>| match outcome {
+    ///             Err(_) => Classification::Retryable { retry_after: None },
+    ///             Ok(_) => Classification::NotRetryable,
+    ///         },
+    ///         &mut count,
+    ///     )
+    ///     .await;
+    /// assert_eq!(result.unwrap(), 3);
+    /// assert_eq!(count.0, 2);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn run<T, E, H, Op, Fut, C>(
+        &self,
+        mut op: Op,
+        mut classify: C,
+        hook: &mut H,
+    ) -> Result<T, RetryError<T, E, H::Refusal>>
+    where
+        Op: FnMut(u32) -> Fut,
+        Fut: Future<Output = Result<T, E>>,
+        C: FnMut(&Result<T, E>) -> Classification,
+        H: AttemptHook<T, E>,
+    {
         let mut call = self.begin(Instant::now().into_std());
         loop {
             let attempts = call.attempts();
-            let attempt = op(attempts);
+            let ticket = match hook.before(attempts).await {
+                Ok(ticket) => ticket,
+                Err(error) => {
+                    tracing::debug!(attempt = attempts, "attempt refused by its hook: call shed");
+                    return Err(RetryError::Shed {
+                        attempts: attempts - 1,
+                        error,
+                    });
+                }
+            };
             let outcome = match call.deadline_at() {
-                None => attempt.await,
-                Some(at) => match tokio::time::timeout_at(at.into(), attempt).await {
+                None => op(attempts).await,
+                Some(at) => match tokio::time::timeout_at(at.into(), op(attempts)).await {
                     Ok(outcome) => outcome,
-                    Err(_) => return Err(RetryError::DeadlineElapsed { attempts }),
+                    Err(_elapsed) => {
+                        hook.after(ticket, AttemptEnd::Cancelled);
+                        tracing::debug!(attempt = attempts, "deadline passed during the attempt");
+                        return Err(RetryError::DeadlineElapsed { attempts });
+                    }
                 },
             };
-            let retry_after = match classify(&outcome) {
+            let class = classify(&outcome);
+            hook.after(
+                ticket,
+                AttemptEnd::Finished {
+                    outcome: &outcome,
+                    class,
+                },
+            );
+            let retry_after = match class {
                 Classification::NotRetryable => {
                     return outcome.map_err(|error| RetryError::NotRetryable { attempts, error });
                 }
                 Classification::Retryable { retry_after } => retry_after,
             };
-            match call.next_delay(Instant::now().into_std(), retry_after) {
-                Ok(wait) => {
-                    tracing::debug!(attempt = attempts, ?wait, ?retry_after, "retrying");
-                    tokio::time::sleep(wait).await;
-                }
+            match call.next_wait(Instant::now().into_std(), retry_after) {
+                Ok(wait) => tokio::time::sleep(wait).await,
                 Err(reason) => {
-                    tracing::debug!(attempt = attempts, %reason, "not retrying");
                     return Err(RetryError::GaveUp {
                         reason,
                         attempts,
@@ -92,5 +219,23 @@ impl RetryPolicy {
                 }
             }
         }
+    }
+}
+
+impl RetryState {
+    /// [`next_delay`](Self::next_delay), logged: the step every retry loop (and the tower
+    /// policy, whose loop tower drives) takes after a retryable outcome.
+    pub(crate) fn next_wait(
+        &mut self,
+        now: StdInstant,
+        retry_after: Option<Duration>,
+    ) -> Result<Duration, GiveUp> {
+        let attempt = self.attempts();
+        let next = self.next_delay(now, retry_after);
+        match &next {
+            Ok(wait) => tracing::debug!(attempt, ?wait, ?retry_after, "retrying"),
+            Err(reason) => tracing::debug!(attempt, %reason, "not retrying"),
+        }
+        next
     }
 }

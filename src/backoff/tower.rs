@@ -125,16 +125,11 @@ where
         let call = self
             .call
             .get_or_insert_with(|| rules.policy().state_since(created.into_std()));
-        match call.next_delay(now, retry_after) {
-            Ok(wait) => {
-                tracing::debug!(method = %req.method(), uri = %req.uri(), attempt = call.attempts(), ?wait, "retrying request");
-                Some(Box::pin(tokio::time::sleep(wait)))
-            }
-            Err(reason) => {
-                tracing::debug!(method = %req.method(), uri = %req.uri(), attempts = call.attempts(), %reason, "not retrying request");
-                None
-            }
-        }
+        let span = tracing::debug_span!("retry", method = %req.method(), uri = %req.uri());
+        let _entered = span.enter();
+        call.next_wait(now, retry_after)
+            .ok()
+            .map(|wait| Box::pin(tokio::time::sleep(wait)))
     }
 
     fn clone_request(&mut self, req: &Request<B>) -> Option<Request<B>> {

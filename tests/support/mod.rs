@@ -70,7 +70,8 @@ impl RedisServer {
             // A self-signed certificate for the loopback address, valid until 2126, kept with
             // the tests (tests/fixtures/tls), so the tests need neither openssl nor a crate to
             // make one.
-            let fixtures = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tls");
+            let fixtures =
+                std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tls");
             for file in ["cert.pem", "key.pem"] {
                 std::fs::copy(fixtures.join(file), dir.join(file)).unwrap();
             }
