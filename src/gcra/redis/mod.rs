@@ -32,6 +32,7 @@ mod limiter;
 mod outage_log;
 mod policy;
 mod quota;
+mod rebuild;
 mod script;
 mod slot;
 mod store;
@@ -43,6 +44,7 @@ pub use outage_log::DEGRADED_METRIC;
 pub use policy::{FailurePolicy, LocalShare};
 pub use quota::{MAX_REDIS_WINDOW, RESOLUTION, RedisQuota};
 pub use store::{
-    DEFAULT_CONNECT_TIMEOUT, DEFAULT_EXPLICIT_TTL_SLACK, DEFAULT_PROBE_INTERVAL, DEFAULT_TIMEOUT,
-    FLOWGUARD_EPOCH_UNIX_SECS, RedisStore, RedisStoreBuilder, StoreDecision,
+    DEFAULT_CONNECT_TIMEOUT, DEFAULT_EXPLICIT_TTL_SLACK, DEFAULT_NODE_CONNECT_TIMEOUT,
+    DEFAULT_PROBE_INTERVAL, DEFAULT_TIMEOUT, FLOWGUARD_EPOCH_UNIX_SECS, RedisStore,
+    RedisStoreBuilder, StoreDecision,
 };
