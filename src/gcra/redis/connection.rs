@@ -274,10 +274,24 @@ impl Shared {
                 }
             }
         };
-        let (node, (map, fresh)) = tokio::join!(node, map);
-        let verdict = verdict(node, map);
-        tracing::debug!(?node, ?map, ?verdict, "checked a failing Redis connection");
-        (verdict, fresh)
+        // A map naming another master settles it: do not wait for a silent node's timeout.
+        tokio::pin!(node, map);
+        let (mut node_answer, mut map_answer) = (None, None);
+        loop {
+            tokio::select! {
+                n = &mut node, if node_answer.is_none() => node_answer = Some(n),
+                m = &mut map, if map_answer.is_none() => map_answer = Some(m),
+            }
+            if let Some((MapAnswer::Changed, _)) = &map_answer {
+                return (Verdict::Rebuild, map_answer.and_then(|(_, fresh)| fresh));
+            }
+            if let (Some(node), Some((map, fresh))) = (node_answer, &map_answer) {
+                let (map, fresh) = (*map, fresh.clone());
+                let verdict = verdict(node, map);
+                tracing::debug!(?node, ?map, ?verdict, "checked a failing Redis connection");
+                return (verdict, fresh);
+            }
+        }
     }
 
     /// Nodes to ask for the slot map: the known ones other than the failing master, then the
