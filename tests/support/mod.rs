@@ -370,3 +370,70 @@ impl RedisCluster {
             .unwrap()
     }
 }
+
+/// A TCP proxy on a free loopback port in front of `target`, whose existing connections can be
+/// black-holed ([`freeze`](Self::freeze)) while new ones still pass: a connection that fails
+/// while the server answers. Its threads end with the process.
+pub struct FreezingProxy {
+    pub port: u16,
+    connections: std::sync::Arc<Mutex<Vec<std::sync::Arc<std::sync::atomic::AtomicBool>>>>,
+}
+
+impl FreezingProxy {
+    pub fn start(target: u16) -> FreezingProxy {
+        use std::sync::Arc;
+        use std::sync::atomic::AtomicBool;
+        let port = free_port();
+        let listener = TcpListener::bind(("127.0.0.1", port)).unwrap();
+        let connections: Arc<Mutex<Vec<Arc<AtomicBool>>>> = Arc::default();
+        let registry = connections.clone();
+        std::thread::spawn(move || {
+            for client in listener.incoming() {
+                let Ok(client) = client else { continue };
+                let Ok(server) = TcpStream::connect(("127.0.0.1", target)) else {
+                    continue;
+                };
+                let frozen = Arc::new(AtomicBool::new(false));
+                registry.lock().unwrap().push(frozen.clone());
+                let (c2, s2) = (client.try_clone().unwrap(), server.try_clone().unwrap());
+                pump(client, server, frozen.clone());
+                pump(s2, c2, frozen);
+            }
+        });
+        FreezingProxy { port, connections }
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// From now on, every connection made so far swallows what it receives; new ones pass.
+    pub fn freeze(&self) {
+        for c in self.connections.lock().unwrap().iter() {
+            c.store(true, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+}
+
+/// Copies `from` to `to` until either closes; while `frozen`, drops what it reads.
+fn pump(
+    mut from: TcpStream,
+    mut to: TcpStream,
+    frozen: std::sync::Arc<std::sync::atomic::AtomicBool>,
+) {
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 16 * 1024];
+        loop {
+            match from.read(&mut buf) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => {
+                    if !frozen.load(std::sync::atomic::Ordering::Relaxed)
+                        && to.write_all(&buf[..n]).is_err()
+                    {
+                        break;
+                    }
+                }
+            }
+        }
+    });
+}
