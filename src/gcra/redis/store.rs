@@ -68,7 +68,9 @@ enum TimeMode {
 /// * Time comes from the Redis server's `TIME` by default, so every instance decides against one
 ///   clock whatever its own clock's skew. [`explicit_time`](RedisStoreBuilder::explicit_time) passes
 ///   the caller's clock instead, for deterministic tests and simulations.
-/// * Every call is bounded by [`timeout`](RedisStoreBuilder::timeout) ([`DEFAULT_TIMEOUT`]).
+/// * Every call is bounded by [`timeout`](RedisStoreBuilder::timeout) ([`DEFAULT_TIMEOUT`]), and
+///   so is every step inside the Redis client; a connection that keeps failing while Redis
+///   answers is rebuilt (see [the module docs](super#redis-cluster-failover-and-isolation)).
 ///
 /// [`RedisStore::check`] is the raw call (it reports an unavailable store as
 /// [`GcraError::StoreUnavailable`]); [`RedisRateLimiter`](super::RedisRateLimiter) adds a quota and
