@@ -38,6 +38,8 @@ fn free_port() -> u16 {
 /// One `redis-server` process.
 pub struct RedisServer {
     child: Option<Child>,
+    /// Stopped by SIGSTOP and not resumed yet.
+    paused: bool,
     pub port: u16,
     dir: PathBuf,
     extra: Vec<String>,
@@ -88,6 +90,7 @@ impl RedisServer {
         let extra = extra.iter().map(|s| s.to_string()).collect();
         let mut server = RedisServer {
             child: None,
+            paused: false,
             port,
             dir,
             extra,
@@ -187,8 +190,35 @@ impl RedisServer {
         lines[lines.len().saturating_sub(30)..].join("\n")
     }
 
+    /// Stops the process (SIGSTOP): it keeps its connections and accepts new ones, and answers
+    /// nothing until [`resume`](Self::resume)d. Resumed before it is killed or dropped.
+    pub fn pause(&mut self) {
+        self.signal("-STOP");
+        self.paused = true;
+    }
+
+    /// Resumes a paused process (SIGCONT).
+    pub fn resume(&mut self) {
+        if self.paused {
+            self.signal("-CONT");
+            self.paused = false;
+        }
+    }
+
+    fn signal(&self, signal: &str) {
+        let pid = self
+            .child
+            .as_ref()
+            .expect("the server runs")
+            .id()
+            .to_string();
+        let status = Command::new("kill").args([signal, &pid]).status().unwrap();
+        assert!(status.success(), "kill {signal} {pid}");
+    }
+
     /// Kills the server (SIGKILL) and waits for it to exit.
     pub fn kill(&mut self) {
+        self.resume();
         if let Some(mut child) = self.child.take() {
             let _ = child.kill();
             let _ = child.wait();
@@ -216,18 +246,22 @@ pub struct RedisCluster {
 
 impl RedisCluster {
     pub fn start() -> RedisCluster {
-        let nodes: Vec<RedisServer> = (0..6)
-            .map(|_| {
-                RedisServer::start_with(&[
-                    "--cluster-enabled",
-                    "yes",
-                    "--cluster-config-file",
-                    "nodes.conf",
-                    "--cluster-node-timeout",
-                    "2000",
-                ])
-            })
-            .collect();
+        RedisCluster::start_with(&[])
+    }
+
+    /// Starts a cluster whose nodes get extra `--option value` arguments (they override the
+    /// defaults, e.g. `--cluster-node-timeout 1000`).
+    pub fn start_with(extra: &[&str]) -> RedisCluster {
+        let mut args = vec![
+            "--cluster-enabled",
+            "yes",
+            "--cluster-config-file",
+            "nodes.conf",
+            "--cluster-node-timeout",
+            "2000",
+        ];
+        args.extend_from_slice(extra);
+        let nodes: Vec<RedisServer> = (0..6).map(|_| RedisServer::start_with(&args)).collect();
         let mut args: Vec<String> = vec!["--cluster".into(), "create".into()];
         args.extend(nodes.iter().map(RedisServer::addr));
         args.extend([
@@ -274,4 +308,133 @@ impl RedisCluster {
             .filter(|n| n.cli(&["role"]).starts_with("slave"))
             .collect()
     }
+}
+
+/// One line of `CLUSTER NODES`, as one node sees the cluster.
+#[derive(Clone, Debug)]
+pub struct NodeView {
+    pub id: String,
+    pub port: u16,
+    pub master: bool,
+    /// Flagged `fail` (or `fail?`) by the observer.
+    pub failing: bool,
+    /// The master's id, for a replica.
+    pub master_id: Option<String>,
+    /// Slot ranges served (masters).
+    pub slots: Vec<(u16, u16)>,
+}
+
+impl RedisCluster {
+    /// The cluster as the node at `observer` (an index into `nodes`) sees it.
+    pub fn view_from(&self, observer: usize) -> Vec<NodeView> {
+        self.nodes[observer]
+            .cli(&["cluster", "nodes"])
+            .lines()
+            .filter_map(|line| {
+                let f: Vec<&str> = line.split_whitespace().collect();
+                if f.len() < 8 {
+                    return None;
+                }
+                let port = f[1].split('@').next()?.rsplit(':').next()?.parse().ok()?;
+                let flags = f[2];
+                let slots = f[8..]
+                    .iter()
+                    .filter(|s| !s.starts_with('['))
+                    .filter_map(|s| {
+                        let (a, b) = s.split_once('-').unwrap_or((s, s));
+                        Some((a.parse().ok()?, b.parse().ok()?))
+                    })
+                    .collect();
+                Some(NodeView {
+                    id: f[0].to_string(),
+                    port,
+                    master: flags.contains("master"),
+                    failing: flags.contains("fail"),
+                    master_id: (f[3] != "-").then(|| f[3].to_string()),
+                    slots,
+                })
+            })
+            .collect()
+    }
+
+    /// The index in `nodes` of the server on `port`.
+    pub fn index_of(&self, port: u16) -> usize {
+        self.nodes.iter().position(|n| n.port == port).unwrap()
+    }
+
+    /// The slot of `key`, as Redis computes it.
+    pub fn keyslot(&self, key: &[u8]) -> u16 {
+        let key = std::str::from_utf8(key).expect("a printable key");
+        self.nodes[0]
+            .cli(&["cluster", "keyslot", key])
+            .parse()
+            .unwrap()
+    }
+}
+
+/// A TCP proxy on a free loopback port in front of `target`, whose existing connections can be
+/// black-holed ([`freeze`](Self::freeze)) while new ones still pass: a connection that fails
+/// while the server answers. Its threads end with the process.
+pub struct FreezingProxy {
+    pub port: u16,
+    connections: std::sync::Arc<Mutex<Vec<std::sync::Arc<std::sync::atomic::AtomicBool>>>>,
+}
+
+impl FreezingProxy {
+    pub fn start(target: u16) -> FreezingProxy {
+        use std::sync::Arc;
+        use std::sync::atomic::AtomicBool;
+        let port = free_port();
+        let listener = TcpListener::bind(("127.0.0.1", port)).unwrap();
+        let connections: Arc<Mutex<Vec<Arc<AtomicBool>>>> = Arc::default();
+        let registry = connections.clone();
+        std::thread::spawn(move || {
+            for client in listener.incoming() {
+                let Ok(client) = client else { continue };
+                let Ok(server) = TcpStream::connect(("127.0.0.1", target)) else {
+                    continue;
+                };
+                let frozen = Arc::new(AtomicBool::new(false));
+                registry.lock().unwrap().push(frozen.clone());
+                let (c2, s2) = (client.try_clone().unwrap(), server.try_clone().unwrap());
+                pump(client, server, frozen.clone());
+                pump(s2, c2, frozen);
+            }
+        });
+        FreezingProxy { port, connections }
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// From now on, every connection made so far swallows what it receives; new ones pass.
+    pub fn freeze(&self) {
+        for c in self.connections.lock().unwrap().iter() {
+            c.store(true, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+}
+
+/// Copies `from` to `to` until either closes; while `frozen`, drops what it reads.
+fn pump(
+    mut from: TcpStream,
+    mut to: TcpStream,
+    frozen: std::sync::Arc<std::sync::atomic::AtomicBool>,
+) {
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 16 * 1024];
+        loop {
+            match from.read(&mut buf) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => {
+                    if !frozen.load(std::sync::atomic::Ordering::Relaxed)
+                        && to.write_all(&buf[..n]).is_err()
+                    {
+                        break;
+                    }
+                }
+            }
+        }
+    });
 }

@@ -5,19 +5,17 @@
 //! policy applies. With it, one call per probe interval pays that; the others are answered by the
 //! policy at once, and the first successful probe closes the circuit (automatic recovery).
 //!
-//! A standalone store has one circuit. A cluster store has one per group of
-//! [`SLOTS_PER_GROUP`] consecutive slots (nodes own contiguous slot ranges), so a master that fails
-//! over only degrades the keys it serves.
+//! A standalone store has one circuit. A cluster store has one per master: the slots a master
+//! serves (as the last [`SlotMap`] read says) share a circuit, and no circuit holds slots of two
+//! masters, so a master in trouble only degrades the keys it serves. Until a slot map has been
+//! read, the whole cluster shares one circuit.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU16, AtomicU64, Ordering};
 use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::slot::{SLOTS, slot};
-
-/// Consecutive cluster slots sharing one circuit: 64 groups in all.
-pub(crate) const SLOTS_PER_GROUP: u16 = 256;
+use super::slot::{SLOTS, SlotMap, slot};
 
 /// Whether a call should go to the store.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -37,34 +35,62 @@ pub(crate) struct Circuit {
     origin: Instant,
     /// Per group: `CLOSED`, or nanoseconds since `origin` (+1) until which calls skip the store.
     open_until: Box<[AtomicU64]>,
+    /// Cluster only: per slot, the group (index into `open_until`) its keys belong to.
+    groups: Option<Box<[AtomicU16]>>,
     probe_interval: Duration,
 }
 
 impl Circuit {
     /// One circuit for the whole store.
     pub(crate) fn single(probe_interval: Duration) -> Circuit {
-        Circuit::with_groups(1, probe_interval)
+        Circuit::with_groups(1, None, probe_interval)
     }
 
-    /// One circuit per group of cluster slots.
-    pub(crate) fn per_slot_group(probe_interval: Duration) -> Circuit {
-        Circuit::with_groups(usize::from(SLOTS / SLOTS_PER_GROUP), probe_interval)
+    /// One circuit per cluster master; all slots share one until [`regroup`](Self::regroup).
+    pub(crate) fn per_master(probe_interval: Duration) -> Circuit {
+        let groups = (0..SLOTS).map(|_| AtomicU16::new(0)).collect();
+        Circuit::with_groups(usize::from(SLOTS), Some(groups), probe_interval)
     }
 
-    fn with_groups(groups: usize, probe_interval: Duration) -> Circuit {
+    fn with_groups(
+        cells: usize,
+        groups: Option<Box<[AtomicU16]>>,
+        probe_interval: Duration,
+    ) -> Circuit {
         Circuit {
             origin: Instant::now(),
-            open_until: (0..groups).map(|_| AtomicU64::new(CLOSED)).collect(),
+            open_until: (0..cells).map(|_| AtomicU64::new(CLOSED)).collect(),
+            groups,
             probe_interval,
         }
     }
 
     /// The circuit `key` (a store key) belongs to.
     pub(crate) fn group(&self, key: &[u8]) -> usize {
-        if self.open_until.len() == 1 {
-            0
-        } else {
-            usize::from(slot(key) / SLOTS_PER_GROUP)
+        match &self.groups {
+            None => 0,
+            Some(groups) => usize::from(groups[usize::from(slot(key))].load(Ordering::Relaxed)),
+        }
+    }
+
+    /// Groups the slots of a cluster store by the master serving them in `map`. A slot moving to
+    /// another group takes that group's state (a promoted replica inherits its master's group).
+    pub(crate) fn regroup(&self, map: &SlotMap) {
+        if let Some(groups) = &self.groups {
+            for (cell, group) in groups.iter().zip(map.groups()) {
+                cell.store(group, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// Lets every open circuit probe at its next call (the connection was just rebuilt).
+    pub(crate) fn probe_now(&self) {
+        let now = self.now();
+        for cell in self.open_until.iter() {
+            let until = cell.load(Ordering::Acquire);
+            if until != CLOSED && until > now {
+                let _ = cell.compare_exchange(until, now, Ordering::AcqRel, Ordering::Acquire);
+            }
         }
     }
 
@@ -138,13 +164,53 @@ mod tests {
         assert_eq!(c.gate(0), Gate::Pass);
     }
 
+    fn two_masters() -> SlotMap {
+        let node = |port| {
+            ::redis::Value::Array(vec![
+                ::redis::Value::BulkString(b"127.0.0.1".to_vec()),
+                ::redis::Value::Int(port),
+            ])
+        };
+        let range = |start, end, port| {
+            ::redis::Value::Array(vec![
+                ::redis::Value::Int(start),
+                ::redis::Value::Int(end),
+                node(port),
+            ])
+        };
+        let reply = ::redis::Value::Array(vec![range(0, 8191, 7000), range(8192, 16383, 7001)]);
+        SlotMap::parse(&reply, "127.0.0.1").unwrap()
+    }
+
     #[tokio::test(start_paused = true)]
-    async fn cluster_groups_fail_independently() {
-        let c = Circuit::per_slot_group(Duration::from_millis(100));
-        let (a, b) = (c.group(b"foo"), c.group(b"bar")); // slots 12182 and 5061
-        assert_ne!(a, b);
-        c.failed(a);
-        assert_eq!(c.gate(a), Gate::Open);
-        assert_eq!(c.gate(b), Gate::Pass);
+    async fn cluster_groups_are_masters() {
+        let c = Circuit::per_master(Duration::from_millis(100));
+        // Before a slot map is known, the cluster is one group.
+        assert_eq!(c.group(b"foo"), c.group(b"bar"));
+        c.regroup(&two_masters());
+        // "foo" is slot 12182 (second master), "bar" 5061, "a" 15495 and "b" 3300.
+        let (foo, bar) = (c.group(b"foo"), c.group(b"bar"));
+        assert_eq!((foo, bar), (8192, 0));
+        assert_eq!((c.group(b"a"), c.group(b"b")), (foo, bar));
+        c.failed(foo);
+        assert_eq!(c.gate(foo), Gate::Open);
+        assert_eq!(
+            c.gate(bar),
+            Gate::Pass,
+            "the other master's keys are not degraded"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn probe_now_lets_open_circuits_probe_at_once() {
+        let c = Circuit::single(Duration::from_secs(10));
+        c.probe_now();
+        assert_eq!(c.gate(0), Gate::Pass, "a closed circuit stays closed");
+        c.failed(0);
+        tokio::time::advance(Duration::from_millis(1)).await;
+        assert_eq!(c.gate(0), Gate::Open);
+        c.probe_now();
+        assert_eq!(c.gate(0), Gate::Probe);
+        assert_eq!(c.gate(0), Gate::Open, "one probe, then the interval again");
     }
 }

@@ -16,9 +16,41 @@
 //! (Redis slow, down, failing over) are counted in the [`DEGRADED_METRIC`] counter
 //! (`flowguard_redis_degraded_total{policy,topology}`) and logged with `tracing::warn!` at most once
 //! per second per store. After a failure the store is skipped (policy answers at once) and probed
-//! every [`DEFAULT_PROBE_INTERVAL`]; the first answer ends the degradation. A cluster store keeps
-//! one such circuit per group of 256 slots, so a master failing over only degrades its own keys.
+//! every [`DEFAULT_PROBE_INTERVAL`]; the first answer ends the degradation.
 //! [`RedisStoreBuilder::connect_lazy`] lets a service start while Redis is down.
+//!
+//! # Redis Cluster: failover and isolation
+//!
+//! * Every step inside the Redis client is bounded by the client's own timeouts, not only the
+//!   caller's wait: each reply (including the client's own `CLUSTER SLOTS` and `PING`) and each
+//!   request with its redirects and retries by the store's timeout, each connection attempt to a
+//!   node by [`node_connect_timeout`](RedisStoreBuilder::node_connect_timeout)
+//!   ([`DEFAULT_NODE_CONNECT_TIMEOUT`]). No step can hang, so the client cannot wedge on one.
+//! * A cluster store keeps one circuit per master, from the slot map (`CLUSTER SLOTS`): a master
+//!   that stops answering opens only the circuit of the slots it serves.
+//! * When a probe fails again, the store checks beside its connection, on fresh connections: it
+//!   asks the key's master for the key (`GET`) and other nodes for the slot map. If the master
+//!   answers (the connection is what fails) or another master now serves the slots (a replica was
+//!   promoted while the old master is silent, which the client never notices by itself: a request
+//!   that never fails never triggers a slot refresh), the connection is rebuilt: a new client with
+//!   a fresh slot map replaces the old one, and the circuits probe at once. Otherwise (the master
+//!   is silent and still in charge, or the cluster refuses keys) it waits. Checks run one at a
+//!   time, 50 ms apart at first, up to 250 ms while the failure lasts. A standalone store does the
+//!   same with its one server.
+//!
+//! What isolation there is, and what there is not:
+//!
+//! * Between a master being marked failed and its replica taking over (the node timeout plus an
+//!   election), a cluster with `cluster-require-full-coverage yes` (the default) is in
+//!   `cluster_state:fail` and refuses every key on every node: every key degrades, not only the
+//!   failed master's. With `cluster-require-full-coverage no`, the other masters keep serving and
+//!   their keys are not degraded.
+//! * All keys share one cluster client. While it refreshes its slot map (after a `MOVED`, e.g. in
+//!   a graceful failover) it holds every request; the refresh is bounded (one reply timeout per
+//!   query, one node connect timeout per node it reconnects to), and calls that exceed the store's
+//!   timeout meanwhile are degraded whatever master they belong to.
+//! * Circuits follow the slot map read at the last (re)connection; after slots move between
+//!   masters (resharding), they follow the old owners until the next rebuild.
 //!
 //! An ACL user needs exactly `+evalsha +eval +get +set +time` (the last three are called by the
 //! script) and the prefix's keys, e.g.
@@ -32,6 +64,7 @@ mod limiter;
 mod outage_log;
 mod policy;
 mod quota;
+mod rebuild;
 mod script;
 mod slot;
 mod store;
@@ -43,6 +76,7 @@ pub use outage_log::DEGRADED_METRIC;
 pub use policy::{FailurePolicy, LocalShare};
 pub use quota::{MAX_REDIS_WINDOW, RESOLUTION, RedisQuota};
 pub use store::{
-    DEFAULT_CONNECT_TIMEOUT, DEFAULT_EXPLICIT_TTL_SLACK, DEFAULT_PROBE_INTERVAL, DEFAULT_TIMEOUT,
-    FLOWGUARD_EPOCH_UNIX_SECS, RedisStore, RedisStoreBuilder, StoreDecision,
+    DEFAULT_CONNECT_TIMEOUT, DEFAULT_EXPLICIT_TTL_SLACK, DEFAULT_NODE_CONNECT_TIMEOUT,
+    DEFAULT_PROBE_INTERVAL, DEFAULT_TIMEOUT, FLOWGUARD_EPOCH_UNIX_SECS, RedisStore,
+    RedisStoreBuilder, StoreDecision,
 };

@@ -6,7 +6,7 @@ use std::time::Duration;
 use ::redis::{ErrorKind, RedisError, ServerErrorKind};
 
 use super::circuit::{Circuit, Gate};
-use super::connection::{Connection, Target, is_auth_error};
+use super::connection::{Connection, Target, Timeouts, is_auth_error};
 use super::error::RedisStoreError;
 use super::key::{DEFAULT_PREFIX, KeySpace};
 use super::outage_log::OutageLog;
@@ -26,6 +26,14 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_millis(50);
 
 /// Default timeout for establishing a connection: 2 s.
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Default timeout for one connection attempt to one node: 250 ms.
+///
+/// TCP and the Redis handshake take a few milliseconds on a LAN. The cluster client holds every
+/// request while it refreshes its slot map, and a refresh connects to nodes it lost; a node that
+/// accepts connections but does not answer (a stopped process, a black-holed host) costs this much
+/// per refresh, so it must stay short. Raise it for TLS over long distances.
+pub const DEFAULT_NODE_CONNECT_TIMEOUT: Duration = Duration::from_millis(250);
 
 /// Default interval between probes of a store that failed: 100 ms. While it fails, one call per
 /// interval goes to Redis and the others are answered by the failure policy at once; the first
@@ -60,7 +68,9 @@ enum TimeMode {
 /// * Time comes from the Redis server's `TIME` by default, so every instance decides against one
 ///   clock whatever its own clock's skew. [`explicit_time`](RedisStoreBuilder::explicit_time) passes
 ///   the caller's clock instead, for deterministic tests and simulations.
-/// * Every call is bounded by [`timeout`](RedisStoreBuilder::timeout) ([`DEFAULT_TIMEOUT`]).
+/// * Every call is bounded by [`timeout`](RedisStoreBuilder::timeout) ([`DEFAULT_TIMEOUT`]), and
+///   so is every step inside the Redis client; a connection that keeps failing while Redis
+///   answers is rebuilt (see [the module docs](super#redis-cluster-failover-and-isolation)).
 ///
 /// [`RedisStore::check`] is the raw call (it reports an unavailable store as
 /// [`GcraError::StoreUnavailable`]); [`RedisRateLimiter`](super::RedisRateLimiter) adds a quota and
@@ -94,7 +104,7 @@ struct Inner {
     timeout: Duration,
     policy: FailurePolicy,
     time: TimeMode,
-    circuit: Circuit,
+    circuit: Arc<Circuit>,
     log: OutageLog,
 }
 
@@ -116,6 +126,7 @@ pub struct RedisStoreBuilder {
     prefix: Vec<u8>,
     timeout: Duration,
     connect_timeout: Duration,
+    node_connect_timeout: Duration,
     probe_interval: Duration,
     policy: FailurePolicy,
     time: TimeMode,
@@ -128,6 +139,7 @@ impl RedisStoreBuilder {
             prefix: DEFAULT_PREFIX.as_bytes().to_vec(),
             timeout: DEFAULT_TIMEOUT,
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            node_connect_timeout: DEFAULT_NODE_CONNECT_TIMEOUT,
             probe_interval: DEFAULT_PROBE_INTERVAL,
             policy: FailurePolicy::default(),
             time: TimeMode::Server,
@@ -142,14 +154,28 @@ impl RedisStoreBuilder {
     }
 
     /// The most one check may take, including a `NOSCRIPT` retry (default [`DEFAULT_TIMEOUT`]).
+    ///
+    /// The Redis client is configured with it too: it bounds every reply the client waits for
+    /// (including its own slot-map and health queries) and every request with its redirects and
+    /// retries, so no step inside the client can hang.
     pub fn timeout(mut self, timeout: Duration) -> Self {
         self.timeout = timeout;
         self
     }
 
-    /// The most establishing a connection may take (default [`DEFAULT_CONNECT_TIMEOUT`]).
+    /// The most establishing the store's connection may take as a whole: at
+    /// [`connect`](Self::connect), and when a failing connection is rebuilt
+    /// (default [`DEFAULT_CONNECT_TIMEOUT`]).
     pub fn connect_timeout(mut self, timeout: Duration) -> Self {
         self.connect_timeout = timeout;
+        self
+    }
+
+    /// The most one connection attempt to one node may take, TCP and handshake (default
+    /// [`DEFAULT_NODE_CONNECT_TIMEOUT`]): reconnects, the cluster client's connections to nodes,
+    /// and the checks made when calls keep failing.
+    pub fn node_connect_timeout(mut self, timeout: Duration) -> Self {
+        self.node_connect_timeout = timeout;
         self
     }
 
@@ -198,7 +224,7 @@ impl RedisStoreBuilder {
     /// credentials ([`RedisStoreError::AuthFailed`]), or an unreachable server.
     pub async fn connect(self) -> Result<RedisStore, RedisStoreError> {
         let keys = self.validate()?;
-        let conn = Connection::open(&self.target, self.connect_timeout).await?;
+        let conn = Connection::open(&self.target, self.timeouts()).await?;
         Ok(self.with_connection(keys, conn))
     }
 
@@ -208,12 +234,18 @@ impl RedisStoreBuilder {
     /// show up in the first checks (degraded, or [`GcraError::StoreRejected`]), not here.
     pub async fn connect_lazy(self) -> Result<RedisStore, RedisStoreError> {
         let keys = self.validate()?;
-        let conn = Connection::open_lazy(&self.target, self.connect_timeout)?;
-        Ok(self.with_connection(keys, conn))
+        let conn = Connection::open_lazy(&self.target, self.timeouts())?;
+        let store = self.with_connection(keys, conn);
+        // A lazy cluster store groups its circuits by master once it can read the slot map.
+        store.inner.conn.read_map_soon(&store.inner.circuit);
+        Ok(store)
     }
 
     fn validate(&self) -> Result<KeySpace, RedisStoreError> {
-        if self.timeout.is_zero() || self.connect_timeout.is_zero() || self.probe_interval.is_zero()
+        if self.timeout.is_zero()
+            || self.connect_timeout.is_zero()
+            || self.node_connect_timeout.is_zero()
+            || self.probe_interval.is_zero()
         {
             return Err(RedisStoreError::ZeroTimeout);
         }
@@ -221,11 +253,24 @@ impl RedisStoreBuilder {
         KeySpace::new(self.prefix.clone())
     }
 
+    fn timeouts(&self) -> Timeouts {
+        Timeouts {
+            call: self.timeout,
+            connect: self.connect_timeout,
+            node_connect: self.node_connect_timeout,
+        }
+    }
+
     fn with_connection(self, keys: KeySpace, conn: Connection) -> RedisStore {
         let log = OutageLog::new(conn.topology());
-        let circuit = match conn {
-            Connection::Standalone(_) => Circuit::single(self.probe_interval),
-            Connection::Cluster(_) => Circuit::per_slot_group(self.probe_interval),
+        let circuit = if conn.is_cluster() {
+            let circuit = Circuit::per_master(self.probe_interval);
+            if let Some(map) = conn.slot_map() {
+                circuit.regroup(&map);
+            }
+            circuit
+        } else {
+            Circuit::single(self.probe_interval)
         };
         RedisStore {
             inner: Arc::new(Inner {
@@ -234,7 +279,7 @@ impl RedisStoreBuilder {
                 timeout: self.timeout,
                 policy: self.policy,
                 time: self.time,
-                circuit,
+                circuit: Arc::new(circuit),
                 log,
             }),
         }
@@ -284,7 +329,8 @@ impl RedisStore {
         let inner = &*self.inner;
         let store_key = inner.keys.key(key);
         let group = inner.circuit.group(&store_key);
-        if inner.circuit.gate(group) == Gate::Open {
+        let gate = inner.circuit.gate(group);
+        if gate == Gate::Open {
             // Answered without I/O: spend cooperative budget so a caller looping on checks still
             // yields, and the task awaiting the probe's reply gets to run.
             tokio::task::coop::consume_budget().await;
@@ -332,15 +378,16 @@ impl RedisStore {
         .await;
         let reply = match answer {
             Ok(Ok(reply)) => reply,
-            Ok(Err(e)) => return Err(self.failed(group, classify(&e, &store_key))),
+            Ok(Err(e)) => {
+                return Err(self.failed(group, gate, &store_key, classify(&e, &store_key)));
+            }
             Err(_) => {
                 let reason = format!("no answer within {:?}", inner.timeout);
-                return Err(self.failed(group, GcraError::StoreUnavailable { reason }));
+                let error = GcraError::StoreUnavailable { reason };
+                return Err(self.failed(group, gate, &store_key, error));
             }
         };
-        if inner.circuit.answered(group) {
-            inner.log.recovered();
-        }
+        self.answered(group);
         let (decision, at) = parse_reply(&reply, gcra.burst())?;
         Ok(StoreDecision {
             decision,
@@ -348,15 +395,32 @@ impl RedisStore {
         })
     }
 
-    /// Opens the circuit when the store is unavailable; passes the error on.
-    fn failed(&self, group: usize, error: GcraError) -> GcraError {
+    /// Opens the circuit when the store is unavailable; passes the error on. A probe that fails
+    /// (the second failure in a row) has the connection checked, and rebuilt if it is what fails.
+    fn failed(&self, group: usize, gate: Gate, key: &[u8], error: GcraError) -> GcraError {
+        let inner = &*self.inner;
         if matches!(error, GcraError::StoreUnavailable { .. }) {
-            self.inner.circuit.failed(group);
-        } else if self.inner.circuit.answered(group) {
+            inner.circuit.failed(group);
+            if gate == Gate::Probe {
+                inner.conn.check_after_failure(&inner.circuit, key);
+            }
+        } else {
             // The server answered, if only with an error: it is reachable again.
-            self.inner.log.recovered();
+            self.answered(group);
         }
         error
+    }
+
+    /// Records an answer of the store for `group`.
+    fn answered(&self, group: usize) {
+        let inner = &*self.inner;
+        if inner.circuit.answered(group) {
+            inner.log.recovered();
+            inner.conn.recovered();
+        }
+        if inner.conn.needs_map() {
+            inner.conn.read_map_soon(&inner.circuit);
+        }
     }
 
     /// The Redis key that holds `key`'s state: prefix, a marker byte, and the key itself (or its
