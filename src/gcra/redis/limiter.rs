@@ -80,7 +80,7 @@ impl RedisRateLimiterBuilder {
                 let limiter = KeyedRateLimiter::builder(local)
                     .clock(store.local_clock())
                     .max_keys(local_max_keys)
-                    .overflow(Overflow::AllowUntracked)
+                    .overflow(Overflow::Reject)
                     .build::<Vec<u8>>()
                     .map_err(RedisStoreError::LocalFallback)?;
                 Some(Arc::new(limiter))
@@ -147,9 +147,11 @@ impl RedisRateLimiter {
         match (&policy, &self.fallback) {
             (FailurePolicy::LocalFallback(_), Some(local)) => {
                 match local.check_key_n(&self.store.key_for(key)[..], cost) {
-                    // A full local store answers new keys as untracked (FailOpen): keep that label.
-                    Ok(d) if d.degraded.is_some() => d,
                     Ok(d) => d.degraded(Degradation::LocalFallback),
+                    // Full of live keys: a key it cannot track is denied, never left unlimited.
+                    Err(GcraError::KeyLimitReached { .. }) => {
+                        denied().degraded(Degradation::LocalFallbackFull)
+                    }
                     // The request fits the global burst but not this instance's share of it.
                     Err(_) => denied().degraded(Degradation::LocalFallback),
                 }
