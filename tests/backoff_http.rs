@@ -26,6 +26,8 @@ enum Reply {
     TooManyDate,
     /// 503 without `Retry-After`.
     Unavailable,
+    /// 413 without `Retry-After`: final.
+    TooLarge,
     /// 200.
     Ok,
 }
@@ -102,6 +104,7 @@ impl Server {
                                 )
                             }
                             Reply::Unavailable => ("503 Service Unavailable", String::new(), None),
+                            Reply::TooLarge => ("413 Content Too Large", String::new(), None),
                             Reply::Ok => ("200 OK", String::new(), None),
                         };
                         hits.push(Hit {
@@ -345,4 +348,24 @@ async fn connection_errors_are_retried_then_reported() {
         0,
         "one retry was taken"
     );
+}
+
+/// A final answer is sent once by both clients, even when its status is listed as retried.
+#[tokio::test]
+async fn a_final_413_is_not_retried_by_either_client() {
+    let listed = || rules(4, None).retry_statuses([http::StatusCode::PAYLOAD_TOO_LARGE]);
+    let server = Server::start(vec![Reply::TooLarge]).await;
+    let res = reqwest_client(listed())
+        .get(&server.url)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 413);
+    assert_eq!(server.calls(), 1);
+
+    let server = Server::start(vec![Reply::TooLarge]).await;
+    let req = http::Request::get(&server.url).body(String::new()).unwrap();
+    let res = tower_client(listed()).oneshot(req).await.unwrap();
+    assert_eq!(res.status(), 413);
+    assert_eq!(server.calls(), 1);
 }

@@ -1,14 +1,18 @@
 //! The inbound tower middleware: 429 with headers over quota, headers on allowed responses,
-//! unlimited requests without a key, 503 when the store cannot decide.
+//! unlimited requests without a key; when the store cannot decide, a status that says what is
+//! true: 413 (final) for a cost above the burst, 503 with `Retry-After` for a full store, 500 for
+//! a misconfigured store.
 #![cfg(feature = "tower")]
+
+mod support;
 
 use std::convert::Infallible;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use flowguard::gcra::layer::RateLimitLayer;
-use flowguard::gcra::{KeyedRateLimiter, ManualClock, Quota};
+use flowguard::gcra::layer::{KeyExtractor, RateLimitLayer};
+use flowguard::gcra::{KeyedRateLimiter, ManualClock, Quota, RateLimitStore};
 use http::{Request, Response, StatusCode};
 use tower::{Service, ServiceBuilder, ServiceExt};
 
@@ -26,12 +30,14 @@ fn request(key: Option<&str>) -> Request<()> {
     b.body(()).unwrap()
 }
 
-fn service(
-    store: Arc<KeyedRateLimiter<Vec<u8>, ManualClock>>,
+/// A service behind the rate limit of `store`, keyed by `key`, counting the calls that reach it.
+fn service<St: RateLimitStore + 'static>(
+    store: Arc<St>,
+    key: impl KeyExtractor<()>,
     calls: Arc<AtomicUsize>,
 ) -> impl Service<Request<()>, Response = Response<String>, Error = Infallible> + Clone {
     ServiceBuilder::new()
-        .layer(RateLimitLayer::new(store, by_api_key))
+        .layer(RateLimitLayer::new(store, key))
         .service_fn(move |_req: Request<()>| {
             calls.fetch_add(1, Ordering::SeqCst);
             async { Ok::<_, Infallible>(Response::new("ok".to_string())) }
@@ -49,7 +55,7 @@ async fn over_quota_requests_get_429_and_never_reach_the_service() {
             .unwrap(),
     );
     let calls = Arc::new(AtomicUsize::new(0));
-    let svc = service(store, calls.clone());
+    let svc = service(store, by_api_key, calls.clone());
 
     for remaining in ["2", "1", "0"] {
         let resp = svc.clone().oneshot(request(Some("alice"))).await.unwrap();
@@ -101,7 +107,7 @@ async fn over_quota_requests_get_429_and_never_reach_the_service() {
 }
 
 #[tokio::test]
-async fn a_store_that_cannot_decide_answers_503() {
+async fn a_full_store_answers_503_with_retry_after() {
     let clock = ManualClock::new();
     let store = Arc::new(
         KeyedRateLimiter::builder(Quota::per_minute(1).unwrap())
@@ -111,7 +117,7 @@ async fn a_store_that_cannot_decide_answers_503() {
             .unwrap(),
     );
     let calls = Arc::new(AtomicUsize::new(0));
-    let svc = service(store, calls.clone());
+    let svc = service(store, by_api_key, calls.clone());
     assert_eq!(
         svc.clone()
             .oneshot(request(Some("a")))
@@ -124,4 +130,85 @@ async fn a_store_that_cannot_decide_answers_503() {
     assert_eq!(full.status(), StatusCode::SERVICE_UNAVAILABLE);
     assert_eq!(full.headers()["retry-after"], "1");
     assert_eq!(calls.load(Ordering::SeqCst), 1);
+}
+
+/// Keys by `x-api-key`, costs what `x-cost` says (default 1).
+#[derive(Clone)]
+struct CostHeader;
+
+impl KeyExtractor<()> for CostHeader {
+    fn key(&self, req: &Request<()>) -> Option<Vec<u8>> {
+        by_api_key(req)
+    }
+
+    fn cost(&self, req: &Request<()>) -> u32 {
+        req.headers()
+            .get("x-cost")
+            .map_or(1, |v| v.to_str().unwrap().parse().unwrap())
+    }
+}
+
+fn costly(key: &str, cost: u32) -> Request<()> {
+    Request::builder()
+        .uri("/batch")
+        .header("x-api-key", key)
+        .header("x-cost", cost.to_string())
+        .body(())
+        .unwrap()
+}
+
+#[tokio::test]
+async fn a_cost_above_the_burst_is_a_final_413_without_retry_after() {
+    let store = Arc::new(
+        KeyedRateLimiter::builder(Quota::per_second(2).unwrap().with_burst(3).unwrap())
+            .clock(ManualClock::new())
+            .build::<Vec<u8>>()
+            .unwrap(),
+    );
+    let calls = Arc::new(AtomicUsize::new(0));
+    let svc = service(store, CostHeader, calls.clone());
+
+    let too_big = svc.clone().oneshot(costly("alice", 4)).await.unwrap();
+    assert_eq!(too_big.status(), StatusCode::PAYLOAD_TOO_LARGE);
+    assert!(
+        too_big.headers().get("retry-after").is_none(),
+        "no wait makes a cost of 4 fit a burst of 3: nothing to retry after"
+    );
+    assert_eq!(
+        too_big.headers()["ratelimit-limit"],
+        "3",
+        "the largest cost that can pass"
+    );
+    assert_eq!(calls.load(Ordering::SeqCst), 0);
+
+    // The key's quota is untouched: the whole burst still fits.
+    let fits = svc.clone().oneshot(costly("alice", 3)).await.unwrap();
+    assert_eq!(fits.status(), StatusCode::OK);
+    assert_eq!(fits.headers()["ratelimit-remaining"], "0");
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
+}
+
+/// A Redis key of another type under the limiter's prefix: a fault of the deployment, which no
+/// wait repairs, so 500 without `Retry-After` (not 503, which invites retries).
+#[cfg(feature = "redis")]
+#[tokio::test]
+async fn a_misconfigured_store_answers_500_without_retry_after() {
+    use flowguard::gcra::redis::{RedisRateLimiter, RedisStore};
+
+    let server = support::RedisServer::start();
+    server.cli(&["RPUSH", "flowguard:=alice", "not-a-tat"]);
+    let store = RedisStore::standalone(server.url())
+        .connect()
+        .await
+        .unwrap();
+    let store = Arc::new(RedisRateLimiter::new(store, Quota::per_second(2).unwrap()).unwrap());
+    let calls = Arc::new(AtomicUsize::new(0));
+    let svc = service(store, by_api_key, calls.clone());
+    let resp = svc.clone().oneshot(request(Some("alice"))).await.unwrap();
+    assert_eq!(resp.status(), StatusCode::INTERNAL_SERVER_ERROR);
+    assert!(resp.headers().get("retry-after").is_none());
+    assert_eq!(calls.load(Ordering::SeqCst), 0);
+    // Other keys are decided as usual.
+    let resp = svc.clone().oneshot(request(Some("bob"))).await.unwrap();
+    assert_eq!(resp.status(), StatusCode::OK);
 }

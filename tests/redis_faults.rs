@@ -117,16 +117,21 @@ async fn fail_open_allows_while_down() {
     }
 }
 
-#[tokio::test]
-async fn local_fallback_enforces_this_instances_share() {
-    let mut server = RedisServer::start();
-    let clock = ManualClock::new();
-    let store = RedisStore::standalone(server.url())
+/// A store on `server` deciding at `clock`'s time, falling back to half the quota locally.
+async fn half_share_store(server: &RedisServer, clock: &ManualClock) -> RedisStore {
+    RedisStore::standalone(server.url())
         .explicit_time(clock.clone())
         .failure_policy(FailurePolicy::local_instances(2))
         .connect()
         .await
-        .unwrap();
+        .unwrap()
+}
+
+#[tokio::test]
+async fn local_fallback_enforces_this_instances_share() {
+    let mut server = RedisServer::start();
+    let clock = ManualClock::new();
+    let store = half_share_store(&server, &clock).await;
     let limiter = RedisRateLimiter::new(store, Quota::per_second(10).unwrap()).unwrap();
     let local = *limiter.local_quota().unwrap();
     assert_eq!(
@@ -334,4 +339,64 @@ async fn a_lazy_store_starts_while_redis_is_down_and_picks_it_up() {
     server.restart();
     let d = until_recovered(&limiter).await;
     assert!(d.allowed);
+}
+
+/// During an outage, a flood of distinct keys fills the local fallback. The README promises that
+/// a key flood cannot make any key unlimited: a key the full fallback cannot track is denied
+/// (marked `LocalFallbackFull`), never allowed untracked, and tracked keys keep their share.
+#[tokio::test]
+async fn a_key_flood_during_an_outage_makes_no_key_unlimited() {
+    let mut server = RedisServer::start();
+    let clock = ManualClock::new();
+    let store = half_share_store(&server, &clock).await;
+    let limiter = RedisRateLimiter::builder(store, Quota::per_second(10).unwrap())
+        .local_max_keys(100)
+        .build()
+        .unwrap();
+    let local = *limiter.local_quota().unwrap();
+    assert_eq!(local.burst(), 5);
+    assert!(check(&limiter, b"k").await.degraded.is_none());
+    server.kill();
+
+    let mut flood_allowed = 0;
+    for i in 0..1_000 {
+        if check(&limiter, format!("flood-{i}").as_bytes())
+            .await
+            .allowed
+        {
+            flood_allowed += 1;
+        }
+    }
+    assert_eq!(
+        flood_allowed, 100,
+        "one token for each key the fallback can track"
+    );
+
+    // Every key, new or flooded, gets at most this instance's burst.
+    for key in ["victim", "flood-0", "flood-99", "flood-999"] {
+        let mut allowed = 0;
+        for _ in 0..20 {
+            let d = check(&limiter, key.as_bytes()).await;
+            assert!(d.degraded.is_some());
+            allowed += usize::from(d.allowed);
+        }
+        assert!(
+            allowed <= 5,
+            "{key}: {allowed} of 20 allowed, local burst 5"
+        );
+    }
+    let d = check(&limiter, b"victim").await;
+    assert_eq!(d.degraded, Some(Degradation::LocalFallbackFull));
+    assert_eq!(d.retry_after, Some(limiter.store().probe_interval()));
+    // A tracked key is still decided by the fallback, against its own state.
+    let tracked = check(&limiter, b"flood-0").await;
+    assert_eq!(tracked.degraded, Some(Degradation::LocalFallback));
+
+    // Once the flood's keys have expired, new keys are tracked again.
+    clock.advance(local.burst_window());
+    let d = check(&limiter, b"victim").await;
+    assert_eq!(
+        (d.allowed, d.degraded),
+        (true, Some(Degradation::LocalFallback))
+    );
 }

@@ -4,7 +4,7 @@
 
 use std::time::{Duration, SystemTime};
 
-use http::{HeaderMap, Method, StatusCode};
+use http::{HeaderMap, Method, StatusCode, header::RETRY_AFTER};
 
 use super::classify::{ErrorClassifier, TransientErrors};
 use super::error::HeaderError;
@@ -23,9 +23,15 @@ pub const IDEMPOTENCY_KEY: &str = "idempotency-key";
 /// (RFC 9110 §9.2.2: GET, HEAD, OPTIONS, TRACE, PUT, DELETE) or requests carrying an
 /// `Idempotency-Key` header, unless [`retry_non_idempotent`](Self::retry_non_idempotent).
 ///
+/// A final answer is never retried, whatever [`retry_statuses`](Self::retry_statuses) lists:
+/// `413 Content Too Large` without `Retry-After` says the request can never be served as it is
+/// (RFC 9110 §15.5.14; flowguard's `gcra::layer::RateLimitLayer` answers it to a request
+/// costing more than the quota's burst). With `Retry-After` the server
+/// says the condition is temporary, and a listed `413` is retried.
+///
 /// ```
 /// use std::time::{Duration, SystemTime};
-/// use http::{HeaderMap, Method, StatusCode};
+/// use http::{HeaderMap, Method, StatusCode, header::RETRY_AFTER};
 /// use flowguard::backoff::{Classification, HttpRetryPolicy, RetryPolicy};
 ///
 /// let rules = HttpRetryPolicy::new(RetryPolicy::builder().build()?);
@@ -83,7 +89,8 @@ impl<C> HttpRetryPolicy<C> {
         self
     }
 
-    /// Replaces the set of retried response statuses (default: 429 and 503).
+    /// Replaces the set of retried response statuses (default: 429 and 503). A final answer
+    /// (`413` without `Retry-After`) is not retried even when listed.
     pub fn retry_statuses(mut self, statuses: impl IntoIterator<Item = StatusCode>) -> Self {
         self.statuses = statuses.into_iter().collect();
         self
@@ -122,7 +129,7 @@ impl<C> HttpRetryPolicy<C> {
         headers: &HeaderMap,
         now: SystemTime,
     ) -> Classification {
-        if !self.statuses.contains(&status) {
+        if !self.statuses.contains(&status) || is_final(status, headers) {
             return Classification::NotRetryable;
         }
         let retry_after = match RetryAfter::from_headers(headers, now) {
@@ -147,6 +154,11 @@ impl<C> HttpRetryPolicy<C> {
             Classification::NotRetryable
         }
     }
+}
+
+/// Whether a response says that repeating the request cannot succeed: `413` without `Retry-After`.
+fn is_final(status: StatusCode, headers: &HeaderMap) -> bool {
+    status == StatusCode::PAYLOAD_TOO_LARGE && !headers.contains_key(RETRY_AFTER)
 }
 
 #[cfg(test)]

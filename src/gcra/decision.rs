@@ -44,6 +44,10 @@ pub enum Degradation {
     FailClosed,
     /// A local in-memory GCRA with this instance's share of the quota decided.
     LocalFallback,
+    /// The request was denied because the local fallback held its maximum number of live keys
+    /// and could not track this one. It is never allowed untracked, so a flood of new keys
+    /// during an outage cannot make any key unlimited; keys the fallback tracks keep their share.
+    LocalFallbackFull,
 }
 
 impl Decision {

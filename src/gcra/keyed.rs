@@ -6,19 +6,37 @@
 //! incrementally as new keys arrive.
 
 use std::borrow::Borrow;
-use std::hash::Hash;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::algorithm::Gcra;
 use super::cell;
 use super::decision::{Decision, Degradation};
 use super::error::{ConfigError, GcraError};
+use super::limit_key::LimitKey;
+use super::limit_key::stored::KeyDigester;
 use super::quota::Quota;
 use super::table::{Expiring, Table};
 use crate::clock::{Clock, MonotonicClock};
 
 /// Default [`KeyedRateLimiterBuilder::max_keys`]: 2^20 (about one million) live keys.
 pub const DEFAULT_MAX_KEYS: usize = 1 << 20;
+
+/// With byte-string keys of any length, a [`KeyedRateLimiter`]'s heap never exceeds
+/// `MAX_HEAP_BYTES_PER_KEY * max_keys + MAX_HEAP_FIXED_BYTES` bytes (sizes requested from the
+/// allocator), even while a shard's table grows.
+///
+/// The derivation: a shard grows its table by doubling, so at the peak of a resize it holds the
+/// old and the new bucket arrays, at most 3.43 buckets per key of its capacity; a bucket holds the
+/// stored key (a 24-byte `Vec`), the state word and one control byte, 33 bytes today; and each
+/// live key owns at most `1 + MAX_VERBATIM_KEY_LEN` = 65 bytes of key data (see
+/// [`LimitKey`]). That is 178 bytes per key; the bound leaves room for a larger state. Measured
+/// under floods of 64-byte to 64 KiB keys: 90-160 bytes per key (`tests/gcra_keyed_memory.rs`).
+/// Keys of a [`FixedSizeKey`](super::FixedSizeKey) type of up to 32 bytes stay within the same bound.
+pub const MAX_HEAP_BYTES_PER_KEY: usize = 256;
+
+/// The part of [`MAX_HEAP_BYTES_PER_KEY`]'s bound that does not grow with `max_keys`: the shard
+/// array (up to 64 shards of 128 bytes) and the smallest tables of shards holding a few keys.
+pub const MAX_HEAP_FIXED_BYTES: usize = 32 * 1024;
 
 /// What a full [`KeyedRateLimiter`] does with a key it is not tracking.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -54,11 +72,19 @@ pub enum Overflow {
 /// whatever the hash seed (for the default `max_keys`, under 300,000; usually far fewer, as the
 /// bound assumes the largest shard). [`reclaim`](Self::reclaim) sweeps everything at once (e.g.
 /// from a periodic task). When a shard is full of live keys, [`Overflow`] decides.
-pub struct KeyedRateLimiter<K, C: Clock = MonotonicClock> {
+///
+/// Memory is bounded in bytes too, whatever the keys' length: byte-string keys (`Vec<u8>`,
+/// `String`, looked up as `[u8]` or `str`) are kept verbatim up to
+/// [`MAX_VERBATIM_KEY_LEN`](super::MAX_VERBATIM_KEY_LEN) bytes and as a keyed 160-bit digest
+/// beyond (see [`LimitKey`]), so a flood of 64 KiB keys costs what short keys cost: at most
+/// [`MAX_HEAP_BYTES_PER_KEY`] per key of `max_keys`. Other key types are kept as they are and
+/// must be of a fixed size ([`FixedSizeKey`](super::FixedSizeKey)).
+pub struct KeyedRateLimiter<K: LimitKey, C: Clock = MonotonicClock> {
     gcra: Gcra,
     quota: Quota,
     clock: C,
-    table: Table<K, Tat>,
+    table: Table<K::Stored, Tat>,
+    digester: KeyDigester,
     max_keys: usize,
     overflow: Overflow,
 }
@@ -106,7 +132,7 @@ impl<C: Clock> KeyedRateLimiterBuilder<C> {
     }
 
     /// Builds the limiter; `max_keys == 0` is [`ConfigError::ZeroMaxKeys`].
-    pub fn build<K>(self) -> Result<KeyedRateLimiter<K, C>, ConfigError> {
+    pub fn build<K: LimitKey>(self) -> Result<KeyedRateLimiter<K, C>, ConfigError> {
         if self.max_keys == 0 {
             return Err(ConfigError::ZeroMaxKeys);
         }
@@ -115,13 +141,14 @@ impl<C: Clock> KeyedRateLimiterBuilder<C> {
             quota: self.quota,
             clock: self.clock,
             table: Table::new(self.max_keys),
+            digester: KeyDigester::new(),
             max_keys: self.max_keys,
             overflow: self.overflow,
         })
     }
 }
 
-impl<K: Hash + Eq> KeyedRateLimiter<K, MonotonicClock> {
+impl<K: LimitKey> KeyedRateLimiter<K, MonotonicClock> {
     /// A limiter on the real clock with the default bounds.
     pub fn new(quota: Quota) -> Self {
         KeyedRateLimiterBuilder::new(quota)
@@ -150,24 +177,30 @@ impl KeyedRateLimiterBuilder<MonotonicClock> {
     }
 }
 
-impl<K: Hash + Eq, C: Clock> KeyedRateLimiter<K, C> {
+impl<K: LimitKey, C: Clock> KeyedRateLimiter<K, C> {
     /// Checks (and on success spends) one token for `key`.
     #[inline]
     pub fn check_key<Q>(&self, key: &Q) -> Result<Decision, GcraError>
     where
         K: Borrow<Q>,
-        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+        Q: LimitKey<Stored = K::Stored, Probe = K::Probe> + ?Sized,
     {
         self.check_key_n(key, 1)
     }
 
     /// Checks (and on success spends) `cost` tokens for `key`. `cost == 0` peeks and never stores
     /// a key; `cost > burst` is [`GcraError::InsufficientCapacity`].
+    #[inline]
     pub fn check_key_n<Q>(&self, key: &Q, cost: u32) -> Result<Decision, GcraError>
     where
         K: Borrow<Q>,
-        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+        Q: LimitKey<Stored = K::Stored, Probe = K::Probe> + ?Sized,
     {
+        key.with_probe(&self.digester, |stored| self.check_stored(stored, cost))
+    }
+
+    /// [`check_key_n`](Self::check_key_n) for a key in its stored form.
+    fn check_stored(&self, key: &K::Probe, cost: u32) -> Result<Decision, GcraError> {
         let now = self.clock.now_nanos();
         let hash = self.table.hash(key);
         if let Some(decision) = self
@@ -238,7 +271,7 @@ impl<K: Hash + Eq, C: Clock> KeyedRateLimiter<K, C> {
     }
 }
 
-impl<K, C: Clock> std::fmt::Debug for KeyedRateLimiter<K, C> {
+impl<K: LimitKey, C: Clock> std::fmt::Debug for KeyedRateLimiter<K, C> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("KeyedRateLimiter")
             .field("quota", &self.quota)

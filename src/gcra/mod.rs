@@ -36,6 +36,7 @@ mod headers;
 mod keyed;
 #[cfg(feature = "tower")]
 pub mod layer;
+mod limit_key;
 mod limiter;
 mod quota;
 #[cfg(feature = "redis")]
@@ -49,7 +50,11 @@ pub use algorithm::{Gcra, Step};
 pub use decision::{Decision, Degradation};
 pub use error::{ConfigError, GcraError};
 pub use headers::{RATELIMIT_LIMIT, RATELIMIT_REMAINING, RATELIMIT_RESET};
-pub use keyed::{DEFAULT_MAX_KEYS, KeyedRateLimiter, KeyedRateLimiterBuilder, Overflow};
+pub use keyed::{
+    DEFAULT_MAX_KEYS, KeyedRateLimiter, KeyedRateLimiterBuilder, MAX_HEAP_BYTES_PER_KEY,
+    MAX_HEAP_FIXED_BYTES, Overflow,
+};
+pub use limit_key::{FixedSizeKey, LimitKey, MAX_VERBATIM_KEY_LEN};
 pub use limiter::RateLimiter;
 pub use quota::{MAX_WINDOW, Quota, QuotaError};
 #[cfg(feature = "redis")]

@@ -11,6 +11,11 @@ pub const MAX_WINDOW: Duration = Duration::from_nanos(1 << 62);
 
 /// A rate limit: `rate` tokens per `period`, spent at most `burst` at a time.
 ///
+/// [`Quota::new`], [`Quota::per_second`], [`Quota::per_minute`] and [`Quota::per_hour`] set the
+/// burst equal to the rate: `Quota::per_second(10)` lets a fresh key spend 10 tokens at once, so
+/// up to 20 pass within its first second (at most `B + t / T` in any window `t`). Use
+/// [`Quota::with_burst`] for another burst (`with_burst(1)` spaces requests evenly).
+///
 /// The Generic Cell Rate Algorithm turns this into an *emission interval*
 /// `T = period / rate` (one token comes back every `T`) and a burst window `B * T`
 /// (how far ahead of now a key may have spent).

@@ -7,14 +7,25 @@ use http::{HeaderValue, Request, Response, StatusCode, header::RETRY_AFTER};
 use tower::Service;
 
 use super::key::KeyExtractor;
-use crate::gcra::{BoxFuture, GcraError, RateLimitStore};
+use crate::gcra::{BoxFuture, GcraError, RATELIMIT_LIMIT, RateLimitStore};
 
 /// The middleware service built by [`RateLimitLayer`](super::RateLimitLayer).
 ///
 /// * allowed: the inner service answers; `RateLimit-*` headers are added to its response.
 /// * denied: `429 Too Many Requests` with `Retry-After` and `RateLimit-*`; the inner service is not called.
-/// * the store fails (a full in-memory store, a Redis error not covered by the store's failure
-///   policy): `503 Service Unavailable` with `Retry-After: 1`, and an error is logged.
+///
+/// When the store returns an error instead of a decision, the answer says what is true of the
+/// request, so that clients retry only what can succeed (the inner service is not called):
+///
+/// | store error | answer | why |
+/// |---|---|---|
+/// | [`InsufficientCapacity`](GcraError::InsufficientCapacity): cost above the burst | `413 Content Too Large`, **no** `Retry-After`, `RateLimit-Limit: <burst>` | the request can never pass, however long the client waits. RFC 9110 §15.5.14: the request is larger than the server is willing to process, and without `Retry-After` the condition is not temporary. `429` would say "too many requests in a given amount of time" (RFC 6585) and invite a retry that cannot succeed; generic clients, flowguard's included, do not retry a `413` without `Retry-After` |
+/// | [`KeyLimitReached`](GcraError::KeyLimitReached): a full in-memory store rejecting new keys | `503 Service Unavailable`, `Retry-After: 1` | a temporary condition of the server: a new key fits as soon as any tracked key expires, which the server cannot predict |
+/// | [`StoreUnavailable`](GcraError::StoreUnavailable) (a store without a failure policy) | `503 Service Unavailable`, `Retry-After: 1` | temporary. Redis limiters answer unavailability by their [`FailurePolicy`](crate::gcra::redis::FailurePolicy) instead, as a decision (allowed, denied with `429`, or decided locally) |
+/// | anything else (a Redis key of another type, corrupt state, a refused command) | `500 Internal Server Error`, no `Retry-After` | a fault of the server's configuration that waiting does not fix |
+///
+/// Every error is counted in `flowguard_rate_limit_errors_total{reason}`; a cost above the burst
+/// is logged at debug level (the client's mistake), the others as warnings or errors.
 pub struct RateLimitService<S, St: ?Sized, K> {
     inner: S,
     store: Arc<St>,
@@ -65,14 +76,7 @@ where
                     decision.write_headers(response.headers_mut());
                     Ok(response)
                 }
-                Err(error) => {
-                    log_store_error(&error);
-                    let mut response = status(StatusCode::SERVICE_UNAVAILABLE);
-                    response
-                        .headers_mut()
-                        .insert(RETRY_AFTER, HeaderValue::from_static("1"));
-                    Ok(response)
-                }
+                Err(error) => Ok(refusal(&error)),
             }
         })
     }
@@ -84,9 +88,41 @@ fn status<R: Default>(code: StatusCode) -> Response<R> {
     response
 }
 
-fn log_store_error(error: &GcraError) {
-    tracing::error!(%error, "rate-limit store failed; answering 503");
-    metrics::counter!("flowguard_rate_limit_errors_total").increment(1);
+/// The answer to a request the store returned `error` for (see [`RateLimitService`]), logged and counted.
+fn refusal<R: Default>(error: &GcraError) -> Response<R> {
+    let (reason, response) = match error {
+        GcraError::InsufficientCapacity { burst, .. } => {
+            tracing::debug!(%error, "request costs more than the burst; answering 413 (final)");
+            let mut response = status(StatusCode::PAYLOAD_TOO_LARGE);
+            response
+                .headers_mut()
+                .insert(RATELIMIT_LIMIT, HeaderValue::from(*burst));
+            ("insufficient_capacity", response)
+        }
+        GcraError::KeyLimitReached { .. } => {
+            tracing::warn!(%error, "rate-limit store is full; answering 503");
+            ("key_limit_reached", retry_soon())
+        }
+        GcraError::StoreUnavailable { .. } => {
+            tracing::error!(%error, "rate-limit store did not answer; answering 503");
+            ("store_unavailable", retry_soon())
+        }
+        _ => {
+            tracing::error!(%error, "rate-limit store failed; answering 500");
+            ("store_fault", status(StatusCode::INTERNAL_SERVER_ERROR))
+        }
+    };
+    metrics::counter!("flowguard_rate_limit_errors_total", "reason" => reason).increment(1);
+    response
+}
+
+/// `503 Service Unavailable` with `Retry-After: 1`: a temporary condition of the server.
+fn retry_soon<R: Default>() -> Response<R> {
+    let mut response = status(StatusCode::SERVICE_UNAVAILABLE);
+    response
+        .headers_mut()
+        .insert(RETRY_AFTER, HeaderValue::from_static("1"));
+    response
 }
 
 impl<S: Clone, St: ?Sized, K: Clone> Clone for RateLimitService<S, St, K> {

@@ -7,7 +7,10 @@ use super::error::RedisStoreError;
 use super::policy::FailurePolicy;
 use super::quota::RedisQuota;
 use super::store::RedisStore;
-use crate::gcra::{Clock, Decision, Degradation, GcraError, KeyedRateLimiter, Overflow, Quota};
+use crate::gcra::{
+    Clock, ConfigError, DEFAULT_MAX_KEYS, Decision, Degradation, GcraError, KeyedRateLimiter,
+    Overflow, Quota,
+};
 
 /// A GCRA limiter whose state lives in Redis: every instance using the same store, prefix and
 /// quota enforces one global quota per key. Same semantics as
@@ -38,20 +41,46 @@ pub struct RedisRateLimiter {
 /// The in-memory limiter of [`FailurePolicy::LocalFallback`], keyed by store key.
 type LocalLimiter = KeyedRateLimiter<Vec<u8>, Arc<dyn Clock>>;
 
-impl RedisRateLimiter {
-    /// A limiter enforcing `quota` per key through `store`.
+/// Configures a [`RedisRateLimiter`]; [`RedisRateLimiter::new`] takes the defaults.
+#[derive(Clone, Debug)]
+pub struct RedisRateLimiterBuilder {
+    store: RedisStore,
+    quota: Quota,
+    local_max_keys: usize,
+}
+
+impl RedisRateLimiterBuilder {
+    /// The most keys the local fallback of [`FailurePolicy::LocalFallback`] tracks at once
+    /// (default [`DEFAULT_MAX_KEYS`]); must be at least 1. It bounds the fallback's memory during
+    /// an outage; what happens to further keys is said in [`FailurePolicy::LocalFallback`].
+    pub fn local_max_keys(mut self, max_keys: usize) -> Self {
+        self.local_max_keys = max_keys;
+        self
+    }
+
+    /// Builds the limiter.
     ///
-    /// Errors when the quota cannot be enforced at the store's microsecond resolution, or when the
-    /// store's policy is [`FailurePolicy::LocalFallback`] and this instance's share of the quota is
-    /// not a valid quota (e.g. a burst that rounds down to zero).
-    pub fn new(store: RedisStore, quota: Quota) -> Result<RedisRateLimiter, RedisStoreError> {
+    /// Errors when the quota cannot be enforced at the store's microsecond resolution, when
+    /// `local_max_keys` is 0, or when the store's policy is [`FailurePolicy::LocalFallback`] and
+    /// this instance's share of the quota is not a valid quota (e.g. a burst that rounds down to
+    /// zero).
+    pub fn build(self) -> Result<RedisRateLimiter, RedisStoreError> {
+        let RedisRateLimiterBuilder {
+            store,
+            quota,
+            local_max_keys,
+        } = self;
         let quota = RedisQuota::new(quota)?;
+        if local_max_keys == 0 {
+            return Err(RedisStoreError::LocalFallback(ConfigError::ZeroMaxKeys));
+        }
         let fallback = match store.failure_policy() {
             FailurePolicy::LocalFallback(share) => {
                 let local = share.local_quota(quota.quota())?;
                 let limiter = KeyedRateLimiter::builder(local)
                     .clock(store.local_clock())
-                    .overflow(Overflow::AllowUntracked)
+                    .max_keys(local_max_keys)
+                    .overflow(Overflow::Reject)
                     .build::<Vec<u8>>()
                     .map_err(RedisStoreError::LocalFallback)?;
                 Some(Arc::new(limiter))
@@ -63,6 +92,23 @@ impl RedisRateLimiter {
             quota,
             fallback,
         })
+    }
+}
+
+impl RedisRateLimiter {
+    /// A limiter enforcing `quota` per key through `store`, with the defaults of
+    /// [`RedisRateLimiterBuilder`]. Errors as [`RedisRateLimiterBuilder::build`] does.
+    pub fn new(store: RedisStore, quota: Quota) -> Result<RedisRateLimiter, RedisStoreError> {
+        RedisRateLimiter::builder(store, quota).build()
+    }
+
+    /// Starts configuring a limiter enforcing `quota` per key through `store`.
+    pub fn builder(store: RedisStore, quota: Quota) -> RedisRateLimiterBuilder {
+        RedisRateLimiterBuilder {
+            store,
+            quota,
+            local_max_keys: DEFAULT_MAX_KEYS,
+        }
     }
 
     /// Checks (and on success spends) one token for `key`.
@@ -101,9 +147,11 @@ impl RedisRateLimiter {
         match (&policy, &self.fallback) {
             (FailurePolicy::LocalFallback(_), Some(local)) => {
                 match local.check_key_n(&self.store.key_for(key)[..], cost) {
-                    // A full local store answers new keys as untracked (FailOpen): keep that label.
-                    Ok(d) if d.degraded.is_some() => d,
                     Ok(d) => d.degraded(Degradation::LocalFallback),
+                    // Full of live keys: a key it cannot track is denied, never left unlimited.
+                    Err(GcraError::KeyLimitReached { .. }) => {
+                        denied().degraded(Degradation::LocalFallbackFull)
+                    }
                     // The request fits the global burst but not this instance's share of it.
                     Err(_) => denied().degraded(Degradation::LocalFallback),
                 }

@@ -71,7 +71,7 @@ mod store;
 
 pub use error::RedisStoreError;
 pub use key::{DEFAULT_PREFIX, MAX_KEY_LEN, MAX_PREFIX_LEN};
-pub use limiter::RedisRateLimiter;
+pub use limiter::{RedisRateLimiter, RedisRateLimiterBuilder};
 pub use outage_log::DEGRADED_METRIC;
 pub use policy::{FailurePolicy, LocalShare};
 pub use quota::{MAX_REDIS_WINDOW, RESOLUTION, RedisQuota};

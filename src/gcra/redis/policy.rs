@@ -25,6 +25,14 @@ pub enum FailurePolicy {
     FailClosed,
     /// Decide with a local in-memory GCRA holding this instance's share of the quota. With `N`
     /// instances each holding `1/N`, the fleet admits about the global quota during an outage.
+    ///
+    /// The local limiter is bounded like the in-memory store: it tracks at most
+    /// [`local_max_keys`](super::RedisRateLimiterBuilder::local_max_keys) live keys, and when it
+    /// is full a key it does not track is **denied** (retry after the probe interval), marked
+    /// [`Degradation::LocalFallbackFull`](crate::gcra::Degradation::LocalFallbackFull); it is
+    /// never allowed untracked, so a flood of distinct keys during an outage cannot make any key
+    /// unlimited. Keys already tracked keep their share, and keys whose state has expired are
+    /// reclaimed to make room.
     LocalFallback(LocalShare),
 }
 

@@ -8,6 +8,7 @@ use tokio::sync::Notify;
 
 use super::config::{TwoTierConfig, TwoTierConfigError, ValidConfig};
 use super::reservoir::{Reservoir, Take};
+use crate::gcra::limit_key::stored::KeyDigester;
 use crate::gcra::table::{Expiring, Table};
 use crate::gcra::{
     BoxFuture, Clock, DEFAULT_MAX_KEYS, Decision, GcraError, MonotonicClock, Quota, RateLimitStore,
@@ -43,7 +44,9 @@ struct Shared<S, C> {
     cfg: ValidConfig,
     quota: Quota,
     clock: C,
+    /// Reservoirs by stored key form: long keys as a digest, so memory is bounded in bytes.
     table: Table<Vec<u8>, Arc<Slot>>,
+    digester: KeyDigester,
     max_keys: usize,
 }
 
@@ -88,6 +91,7 @@ impl<S: RateLimitStore + 'static, C: Clock + 'static> TwoTierLimiter<S, C> {
                 quota,
                 clock,
                 table: Table::new(max_keys),
+                digester: KeyDigester::new(),
                 max_keys,
             }),
         })
@@ -181,6 +185,11 @@ impl<S: RateLimitStore + 'static, C: Clock + 'static> TwoTierLimiter<S, C> {
 
 impl<S: RateLimitStore, C: Clock> Shared<S, C> {
     fn slot(&self, key: &[u8]) -> Result<Arc<Slot>, GcraError> {
+        self.digester
+            .with_probe(key, |stored| self.stored_slot(stored))
+    }
+
+    fn stored_slot(&self, key: &[u8]) -> Result<Arc<Slot>, GcraError> {
         let hash = self.table.hash(key);
         if let Some(slot) = self.table.with(hash, key, Arc::clone) {
             return Ok(slot);
