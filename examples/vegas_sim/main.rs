@@ -17,9 +17,18 @@
 //! - `limit_settle_each_s`: seconds after each change until the limit stays (for one second)
 //!   within 15 % of where it ends the phase, whether or not that level is healthy.
 //!
+//! With `--step`, it runs the capacity-step scenarios instead (see `step.rs`): a backend of 4
+//! workers at 10 ms whose service time steps to 25 ms, and one of 8 workers at 10 ms of which 4
+//! go away, each behind an unbounded queue, offered 3x its capacity by clients that wait up to
+//! 50 ms for a permit and give up after 1 s; for vegas, aimd, gradient and fixed limits of 4 and
+//! 16 it prints goodput per second around the step, p50/p99 latency, the limit over time and how
+//! long the limit spent below the worker count.
+//!
 //! ```text
-//! cargo run --release --example vegas_sim -- [--json] [--plot DIR] [--seed N] [--slots N]
+//! cargo run --release --example vegas_sim -- [--json] [--plot DIR] [--seed N] [--slots N] [--step]
 //! ```
+
+mod step;
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
@@ -442,15 +451,17 @@ fn json(reports: &[Report]) -> String {
 fn main() -> Result<(), Box<dyn Error>> {
     let mut args = std::env::args().skip(1);
     let (mut as_json, mut plot_dir, mut seed, mut slots) = (false, None, 7_u64, 50_usize);
+    let mut steps = false;
     while let Some(arg) = args.next() {
         match arg.as_str() {
             "--json" => as_json = true,
+            "--step" => steps = true,
             "--plot" => plot_dir = Some(PathBuf::from(args.next().ok_or("--plot needs a DIR")?)),
             "--seed" => seed = args.next().ok_or("--seed needs a number")?.parse()?,
             "--slots" => slots = args.next().ok_or("--slots needs a number")?.parse()?,
             other => {
                 return Err(format!(
-                    "unknown argument `{other}`; use --json, --plot DIR, --seed N, --slots N"
+                    "unknown argument `{other}`; use --json, --plot DIR, --seed N, --slots N, --step"
                 )
                 .into());
             }
@@ -458,6 +469,9 @@ fn main() -> Result<(), Box<dyn Error>> {
     }
     if slots == 0 {
         return Err("--slots must be at least 1".into());
+    }
+    if steps {
+        return run_steps(seed, as_json);
     }
     let scenario = Scenario::standard(seed, slots);
     println!(
@@ -511,6 +525,47 @@ fn main() -> Result<(), Box<dyn Error>> {
     }
     if as_json {
         println!("{}", json(&reports));
+    }
+    Ok(())
+}
+
+/// The limiters compared in the step scenarios: every algorithm with its defaults, and fixed
+/// limits of 4 and 16.
+fn step_limiters() -> Result<Vec<(String, Box<dyn LimitAlgorithm>)>, Box<dyn Error>> {
+    Ok(vec![
+        (
+            "vegas".into(),
+            Box::new(Vegas::new(VegasConfig::default())?),
+        ),
+        ("aimd".into(), Box::new(Aimd::new(AimdConfig::default())?)),
+        (
+            "gradient".into(),
+            Box::new(Gradient::new(GradientConfig::default())?),
+        ),
+        ("fixed 4".into(), Box::new(Fixed::new(4)?)),
+        ("fixed 16".into(), Box::new(Fixed::new(16)?)),
+    ])
+}
+
+fn run_step(scenario: &step::StepScenario) -> Result<Vec<step::StepReport>, Box<dyn Error>> {
+    step_limiters()?
+        .into_iter()
+        .map(|(name, algorithm)| step::simulate_step(scenario, algorithm, name))
+        .collect()
+}
+
+fn run_steps(seed: u64, as_json: bool) -> Result<(), Box<dyn Error>> {
+    let mut all = Vec::new();
+    for scenario in [
+        step::StepScenario::slower_service(seed),
+        step::StepScenario::fewer_workers(seed),
+    ] {
+        let reports = run_step(&scenario)?;
+        step::print(&scenario, &reports);
+        all.push(step::json(&scenario, &reports));
+    }
+    if as_json {
+        println!("{}", serde_json::json!({ "step_scenarios": all }));
     }
     Ok(())
 }
