@@ -612,4 +612,48 @@ mod tests {
             assert!(vegas.p99_latency_ratio < by_name(other).p99_latency_ratio);
         }
     }
+
+    /// The capacity-step targets, in simulation: after the service time steps from 10 to 25 ms
+    /// at 4 workers, Vegas keeps at least 90 % of the best fixed limit's goodput in the first
+    /// second, and its limit stays below the worker count less than 1 % of the steady time.
+    #[test]
+    fn vegas_follows_a_slower_service_time_without_starving_the_workers() {
+        for seed in [7, 11] {
+            for scenario in [
+                step::StepScenario::slower_service(seed),
+                step::StepScenario::fewer_workers(seed),
+            ] {
+                let scenario = step::StepScenario {
+                    step_at: Duration::from_secs(4),
+                    end: Duration::from_secs(8),
+                    ..scenario
+                };
+                let reports = run_step(&scenario).unwrap();
+                let by_name = |name: &str| reports.iter().find(|r| r.name == name).unwrap();
+                let vegas = by_name("vegas");
+                let fixed = [by_name("fixed 4"), by_name("fixed 16")];
+                let best_first = fixed.iter().map(|r| r.first_second_after_step()).max();
+                let best_total = fixed.iter().map(|r| r.total()).max().unwrap();
+                let context = format!("{} seed {seed}", scenario.name);
+                assert!(
+                    vegas.first_second_after_step() as f64 >= 0.9 * best_first.unwrap() as f64,
+                    "{context}: {} vs {best_first:?}",
+                    vegas.first_second_after_step()
+                );
+                assert!(
+                    vegas.total() as f64 >= 0.97 * best_total as f64,
+                    "{context}: {} vs {best_total}",
+                    vegas.total()
+                );
+                assert!(
+                    vegas.below_workers_steady < 0.01,
+                    "{context}: {}",
+                    vegas.below_workers_steady
+                );
+                assert!(vegas.min_limit_after_step >= 2, "{context}");
+                assert!(vegas.p99_ms <= by_name("fixed 16").p99_ms, "{context}");
+                assert_eq!(vegas.timeouts, 0, "{context}");
+            }
+        }
+    }
 }
