@@ -529,9 +529,12 @@ fn main() -> Result<(), Box<dyn Error>> {
     Ok(())
 }
 
+/// A limit algorithm and the name its report goes by.
+type NamedAlgorithm = (String, Box<dyn LimitAlgorithm>);
+
 /// The limiters compared in the step scenarios: every algorithm with its defaults, and fixed
 /// limits of 4 and 16.
-fn step_limiters() -> Result<Vec<(String, Box<dyn LimitAlgorithm>)>, Box<dyn Error>> {
+fn step_limiters() -> Result<Vec<NamedAlgorithm>, Box<dyn Error>> {
     Ok(vec![
         (
             "vegas".into(),
