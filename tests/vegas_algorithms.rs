@@ -9,33 +9,7 @@ use flowguard::vegas::{
     Outcome, Vegas, VegasConfig,
 };
 use proptest::prelude::*;
-use vegas_support::{busy_rounds, sample};
-
-/// A dependency with `slots` concurrent slots: calls beyond them queue, so RTT grows with
-/// in-flight beyond the slots.
-#[derive(Debug, Clone, Copy)]
-struct Dependency {
-    slots: usize,
-    service_micros: u64,
-}
-
-impl Dependency {
-    fn rtt_micros(&self, in_flight: usize) -> u64 {
-        let load = (in_flight as f64 / self.slots as f64).max(1.0);
-        (self.service_micros as f64 * load) as u64
-    }
-
-    /// Runs `rounds` rounds in which the caller uses the whole limit.
-    fn drive(&self, vegas: &mut Vegas, rounds: usize) -> usize {
-        for _ in 0..rounds {
-            let limit = vegas.limit();
-            for _ in 0..limit {
-                vegas.update(&sample(self.rtt_micros(limit), limit, Outcome::Success));
-            }
-        }
-        vegas.limit()
-    }
-}
+use vegas_support::{Dependency, busy_rounds, sample};
 
 const DEPENDENCY: Dependency = Dependency {
     slots: 40,

@@ -85,6 +85,64 @@ fn a_permit_dropped_without_an_outcome_is_released_and_ignored() {
     assert_eq!(algorithm.samples.lock()[0].outcome, Outcome::Ignored);
 }
 
+#[test]
+fn a_limiter_built_for_raii_callers_reports_dropped_permits_as_successes_with_their_rtt() {
+    let algorithm = Scripted::new(2, &[]);
+    let clock = ManualClock::new();
+    let limiter = Limiter::builder(algorithm.clone())
+        .clock(clock.clone())
+        .unfinished(Outcome::Success)
+        .build()
+        .unwrap();
+    let permit = limiter.try_acquire().unwrap();
+    clock.advance(Duration::from_millis(4));
+    drop(permit);
+    // Finishing explicitly still wins.
+    limiter.try_acquire().unwrap().ignore();
+    let seen: Vec<_> = algorithm
+        .samples
+        .lock()
+        .iter()
+        .map(|s| (s.rtt, s.outcome))
+        .collect();
+    assert_eq!(
+        seen,
+        [
+            (Duration::from_millis(4), Outcome::Success),
+            (Duration::ZERO, Outcome::Ignored)
+        ]
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_permit_told_its_outcome_early_reports_it_when_dropped_even_if_moved_or_owned() {
+    let (limiter, algorithm, clock) = scripted(2, &[]);
+    let mut permit = limiter.try_acquire().unwrap();
+    assert_eq!(permit.unfinished(), Outcome::Ignored);
+    permit.set_unfinished(Outcome::Dropped); // a timeout layer's deadline passed
+    let owned = permit.into_owned();
+    assert_eq!(owned.unfinished(), Outcome::Dropped);
+    clock.advance(Duration::from_millis(3));
+    tokio::spawn(async move { drop(owned) }).await.unwrap();
+    let mut second = limiter.try_acquire().unwrap();
+    second.set_unfinished(Outcome::Success); // the response arrived
+    drop(second);
+    let outcomes: Vec<_> = algorithm
+        .samples
+        .lock()
+        .iter()
+        .map(|s| (s.rtt, s.outcome))
+        .collect();
+    assert_eq!(
+        outcomes,
+        [
+            (Duration::from_millis(3), Outcome::Dropped),
+            (Duration::ZERO, Outcome::Success)
+        ]
+    );
+    assert_eq!(limiter.in_flight(), 0);
+}
+
 #[tokio::test(start_paused = true)]
 async fn acquire_times_out_and_leaves_the_queue() {
     let limiter = fixed(1);

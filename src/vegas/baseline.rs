@@ -62,6 +62,8 @@ pub(crate) struct WindowSummary {
     pub(crate) samples: usize,
     /// Mean in-flight count (at grant) of the window's samples.
     pub(crate) mean_in_flight: f64,
+    /// Lowest in-flight count (at grant) of the window's samples.
+    pub(crate) min_in_flight: usize,
 }
 
 /// Collects successful samples until a window is complete. The buffer is reused.
@@ -69,6 +71,7 @@ pub(crate) struct WindowSummary {
 pub(crate) struct SampleWindow {
     rtts: Vec<u64>,
     in_flight_sum: u64,
+    in_flight_min: usize,
 }
 
 impl SampleWindow {
@@ -77,6 +80,7 @@ impl SampleWindow {
         Self {
             rtts: Vec::with_capacity(capacity),
             in_flight_sum: 0,
+            in_flight_min: usize::MAX,
         }
     }
 
@@ -91,6 +95,7 @@ impl SampleWindow {
     ) -> Option<WindowSummary> {
         self.rtts.push(rtt_nanos.max(1));
         self.in_flight_sum = self.in_flight_sum.saturating_add(in_flight as u64);
+        self.in_flight_min = self.in_flight_min.min(in_flight);
         if self.rtts.len() < len.max(2) {
             return None;
         }
@@ -102,12 +107,14 @@ impl SampleWindow {
     fn summarise(&mut self) -> Option<WindowSummary> {
         let samples = self.rtts.len();
         let mean_in_flight = self.in_flight_sum as f64 / samples as f64;
+        let min_in_flight = self.in_flight_min;
         let low = low_percentile(&mut self.rtts);
         self.clear();
         low.map(|low| WindowSummary {
             low,
             samples,
             mean_in_flight,
+            min_in_flight,
         })
     }
 
@@ -115,6 +122,65 @@ impl SampleWindow {
     pub(crate) fn clear(&mut self) {
         self.rtts.clear();
         self.in_flight_sum = 0;
+        self.in_flight_min = usize::MAX;
+    }
+}
+
+/// A window that led to an RTT-based cut, kept to judge the window after the cut.
+///
+/// Vegas reads a queue from `rtt > rtt_base`, but the same reading follows from a dependency that
+/// got slower (same concurrency, longer service time) while `rtt_base` still holds the old, faster
+/// RTT. From the RTT alone the two cannot be told apart; from the RTT at two concurrencies they
+/// can. Below the dependency's concurrency no call queues, so the RTT stays at the service time
+/// whatever the concurrency; above it the calls beyond it queue, so the RTT grows in proportion
+/// to the concurrency (Little's law at constant throughput). A cut lowers the concurrency: if the
+/// queue was real, the RTT falls with it, at least in proportion down to `rtt_base`; if the RTT
+/// falls clearly less than that (and does not rise), the calls after the cut no longer queue, and
+/// their low percentile is the unloaded RTT, taken at reduced concurrency rather than from a
+/// loaded sample.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct CutReference {
+    /// Low percentile of the window that caused the cut, in nanoseconds.
+    pub(crate) low: u64,
+    /// Its mean in-flight count.
+    pub(crate) in_flight: f64,
+}
+
+/// How much slower than a queue predicts the window after a cut must be to reveal a stale
+/// baseline.
+const STALE_MARGIN: f64 = 1.25;
+/// How much the RTT may rise after a cut and still count as "did not rise" (service-time noise).
+const RISE_TOLERANCE: f64 = 1.05;
+/// The concurrency after the cut must be at most this share of the reference's.
+const CONCURRENCY_FALL: f64 = 0.9;
+/// A reference's calls must all have been granted with at least this share of its mean
+/// in-flight count.
+const STEADY_IN_FLIGHT: f64 = 0.8;
+
+impl CutReference {
+    /// `window` as a reference, if its calls were granted at about one concurrency. A window
+    /// spanning a ramp (in-flight rising from a few calls to the limit) has the low percentile of
+    /// its least loaded calls and the mean concurrency of all of them: it would understate the
+    /// RTT at its concurrency, and the next window would look too slow for a queue.
+    pub(crate) fn of(window: &WindowSummary) -> Option<Self> {
+        (window.min_in_flight as f64 >= STEADY_IN_FLIGHT * window.mean_in_flight).then_some(Self {
+            low: window.low,
+            in_flight: window.mean_in_flight,
+        })
+    }
+
+    /// Whether `after`, the window after the cut, shows that `base` is stale: concurrency fell,
+    /// the RTT did not rise, and it stayed clearly above what a queue predicts,
+    /// `max(base, low * after.in_flight / in_flight)`.
+    pub(crate) fn reveals_stale(&self, base: u64, after: &WindowSummary) -> bool {
+        let (low, after_low) = (self.low as f64, after.low as f64);
+        if after.mean_in_flight > CONCURRENCY_FALL * self.in_flight
+            || after_low > RISE_TOLERANCE * low
+        {
+            return false;
+        }
+        let queue_predicts = (base as f64).max(low * after.mean_in_flight / self.in_flight);
+        after_low >= STALE_MARGIN * queue_predicts
     }
 }
 
@@ -193,9 +259,59 @@ mod tests {
             Some(WindowSummary {
                 low: 10_000_000,
                 samples: 10,
-                mean_in_flight: 2.8
+                mean_in_flight: 2.8,
+                min_in_flight: 1,
             })
         );
+    }
+
+    fn window(low: u64, mean_in_flight: f64) -> WindowSummary {
+        WindowSummary {
+            low,
+            samples: 16,
+            mean_in_flight,
+            min_in_flight: mean_in_flight as usize,
+        }
+    }
+
+    #[test]
+    fn a_window_spanning_a_ramp_is_no_reference() {
+        let ramp = WindowSummary {
+            min_in_flight: 7,
+            ..window(33_000, 18.0)
+        };
+        assert_eq!(CutReference::of(&ramp), None);
+        assert!(CutReference::of(&window(33_000, 18.0)).is_some());
+    }
+
+    #[test]
+    fn an_rtt_that_falls_with_concurrency_is_a_queue() {
+        // 4 slots of 10 ms, base 10 ms: 8 in flight take 20 ms, 5 take 12.5 ms.
+        let reference = CutReference {
+            low: 20_000,
+            in_flight: 8.0,
+        };
+        assert!(!reference.reveals_stale(10_000, &window(12_500, 5.0)));
+        // Down to the base: still a queue that is gone.
+        assert!(!reference.reveals_stale(10_000, &window(10_000, 3.0)));
+    }
+
+    #[test]
+    fn an_rtt_that_stays_put_when_concurrency_falls_reveals_a_stale_base() {
+        // The dependency went from 10 ms to 25 ms at 4 slots: 6 in flight take 37.5 ms, 2 take
+        // 25 ms; a queue would have predicted 12.5 ms.
+        let reference = CutReference {
+            low: 37_500,
+            in_flight: 6.0,
+        };
+        assert!(reference.reveals_stale(10_000, &window(25_000, 2.0)));
+        // Not if concurrency barely fell, or the RTT rose (a queue still building).
+        assert!(!reference.reveals_stale(10_000, &window(37_000, 5.8)));
+        let rising = CutReference {
+            low: 20_000,
+            in_flight: 10.0,
+        };
+        assert!(!rising.reveals_stale(10_000, &window(25_000, 5.0)));
     }
 
     #[test]

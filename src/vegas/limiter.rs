@@ -81,6 +81,7 @@ pub struct LimiterBuilder {
     name: String,
     partitions: Vec<(String, f64)>,
     stats_window: Duration,
+    unfinished: Outcome,
 }
 
 impl std::fmt::Debug for LimiterBuilder {
@@ -91,11 +92,38 @@ impl std::fmt::Debug for LimiterBuilder {
             .field("name", &self.name)
             .field("partitions", &self.partitions)
             .field("stats_window", &self.stats_window)
+            .field("unfinished", &self.unfinished)
             .finish()
     }
 }
 
 impl LimiterBuilder {
+    /// What a permit dropped without an outcome reports (default [`Outcome::Ignored`]).
+    ///
+    /// The default suits code that finishes every permit and drops one only when its call was
+    /// abandoned (an early return, a cancelled future): such a call says nothing about the
+    /// dependency, so its permit is released without a sample. Code that relies on dropping
+    /// permits when calls complete should choose [`Outcome::Success`]: with the default, its
+    /// permits feed no sample and the limit never moves from its initial value. A permit can
+    /// still say otherwise, with [`Permit::finish`] or [`Permit::set_unfinished`].
+    ///
+    /// ```
+    /// use flowguard::vegas::{Limiter, Outcome, Vegas, VegasConfig};
+    ///
+    /// let limiter = Limiter::builder(Vegas::new(VegasConfig::default())?)
+    ///     .unfinished(Outcome::Success)
+    ///     .build()?;
+    /// {
+    ///     let _permit = limiter.try_acquire()?;
+    ///     // ... call the dependency; the permit reports success when it goes out of scope ...
+    /// }
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn unfinished(mut self, outcome: Outcome) -> Self {
+        self.unfinished = outcome;
+        self
+    }
+
     /// Reads time from `clock` to measure round trips (default: [`MonotonicClock`]).
     pub fn clock(mut self, clock: impl Clock + 'static) -> Self {
         self.clock = LimiterClock::of(clock);
@@ -156,6 +184,7 @@ impl LimiterBuilder {
                 state: Mutex::new(state),
                 clock: self.clock,
                 order: self.order,
+                unfinished: self.unfinished,
                 metrics,
             }),
         })
@@ -332,6 +361,8 @@ pub(crate) struct Shared {
     pub(crate) state: Mutex<State>,
     clock: LimiterClock,
     pub(crate) order: QueueOrder,
+    /// What a permit dropped without an outcome reports.
+    unfinished: Outcome,
     metrics: LimiterMetrics,
 }
 
@@ -390,6 +421,7 @@ impl Limiter {
             name: "default".to_owned(),
             partitions: Vec::new(),
             stats_window: Duration::from_secs(10),
+            unfinished: Outcome::Ignored,
         }
     }
 
@@ -540,7 +572,7 @@ impl Limiter {
     #[inline]
     pub(crate) fn permit(&self, grant: Grant) -> Permit<'_> {
         self.shared.metrics.granted();
-        Permit::borrowed(self, grant)
+        Permit::borrowed(self, grant, self.shared.unfinished)
     }
 
     /// Returns a permit with `outcome` and feeds the algorithm.

@@ -30,7 +30,13 @@ impl Holder<'_> {
 ///
 /// Finish it with [`success`](Self::success), [`dropped`](Self::dropped) (the dependency
 /// rejected or timed out: a congestion signal) or [`ignore`](Self::ignore). A permit dropped
-/// without an outcome (an early return, a cancelled future) is released as ignored, never leaked.
+/// without an outcome is released, never leaked, and reports its limiter's
+/// [`unfinished`](super::LimiterBuilder::unfinished) outcome: by default
+/// [`Outcome::Ignored`], as suits an abandoned call (an early return, a cancelled future), so
+/// it feeds no sample. Code that drops permits when calls complete must either finish them or
+/// build its limiter with `.unfinished(Outcome::Success)`, or the limit never adapts. A
+/// middleware that knows the outcome before the caller does (a timeout fired, a response
+/// arrived) sets what a drop will report with [`set_unfinished`](Self::set_unfinished).
 ///
 /// A permit from [`Limiter::try_acquire`] or [`Limiter::acquire`] borrows the limiter handle it
 /// came from, which keeps the uncontended round trip free of reference counting. One that must
@@ -44,7 +50,7 @@ impl Holder<'_> {
 /// let limiter = Limiter::new(Fixed::new(1)?)?;
 /// let permit = limiter.try_acquire()?;
 /// assert!(limiter.try_acquire().is_err()); // full
-/// drop(permit); // released, sample ignored
+/// drop(permit); // released, sample ignored (the default for unfinished permits)
 /// limiter.try_acquire()?.success();
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
@@ -53,7 +59,8 @@ impl Holder<'_> {
 pub struct Permit<'a> {
     holder: Holder<'a>,
     grant: Grant,
-    finished: bool,
+    /// What dropping the permit reports; `None` once it is finished (or handed over).
+    unfinished: Option<Outcome>,
 }
 
 /// A permit that holds its own handle on the limiter: `'static`, so it can be moved into a
@@ -78,12 +85,37 @@ pub type OwnedPermit = Permit<'static>;
 
 impl<'a> Permit<'a> {
     #[inline]
-    pub(crate) fn borrowed(limiter: &'a Limiter, grant: Grant) -> Self {
+    pub(crate) fn borrowed(limiter: &'a Limiter, grant: Grant, unfinished: Outcome) -> Self {
         Self {
             holder: Holder::Borrowed(limiter),
             grant,
-            finished: false,
+            unfinished: Some(unfinished),
         }
+    }
+
+    /// Sets what this permit reports if it is dropped without an outcome (by default, its
+    /// limiter's [`unfinished`](super::LimiterBuilder::unfinished) outcome). For middleware
+    /// that learns how a call ended before its caller finishes the permit, or that drops it: a
+    /// timeout layer sets [`Outcome::Dropped`] when the timer fires, a response future sets
+    /// [`Outcome::Success`] when the response arrives.
+    ///
+    /// ```
+    /// use flowguard::vegas::{Fixed, Limiter, Outcome};
+    ///
+    /// let limiter = Limiter::new(Fixed::new(4)?)?;
+    /// let mut permit = limiter.try_acquire()?;
+    /// permit.set_unfinished(Outcome::Dropped); // e.g. the deadline passed
+    /// drop(permit); // reports a dropped call: a congestion signal
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn set_unfinished(&mut self, outcome: Outcome) {
+        self.unfinished = Some(outcome);
+    }
+
+    /// What this permit reports if it is dropped without an outcome.
+    pub fn unfinished(&self) -> Outcome {
+        // `None` only once finished, which consumes the permit.
+        self.unfinished.unwrap_or(Outcome::Ignored)
     }
 
     /// The call completed: its RTT is a latency sample.
@@ -105,19 +137,19 @@ impl<'a> Permit<'a> {
     /// Releases the permit with `outcome`.
     #[inline]
     pub fn finish(mut self, outcome: Outcome) {
-        self.finished = true;
+        self.unfinished = None;
         self.holder.limiter().release(&self.grant, outcome);
     }
 
     /// This permit with its own handle on the limiter, so it no longer borrows the handle it was
     /// acquired from. Still the same permit: its RTT runs from the original grant.
     pub fn into_owned(mut self) -> OwnedPermit {
-        // Finished here so that dropping `self` releases nothing; the new permit takes over.
-        self.finished = true;
+        // Taken here so that dropping `self` releases nothing; the new permit takes over.
+        let unfinished = self.unfinished.take();
         Permit {
             holder: Holder::Owned(self.holder.limiter().clone()),
             grant: self.grant,
-            finished: false,
+            unfinished,
         }
     }
 
@@ -151,8 +183,8 @@ impl<'a> Permit<'a> {
 impl Drop for Permit<'_> {
     #[inline]
     fn drop(&mut self) {
-        if !self.finished {
-            self.holder.limiter().release(&self.grant, Outcome::Ignored);
+        if let Some(outcome) = self.unfinished {
+            self.holder.limiter().release(&self.grant, outcome);
         }
     }
 }

@@ -1,7 +1,7 @@
 //! The Vegas limit algorithm: keep a small, bounded queue at the dependency.
 
 use super::algorithm::{LimitAlgorithm, LimitBounds, Outcome, Sample, duration_nanos};
-use super::baseline::{Baseline, SampleWindow, WindowSummary, low_percentile};
+use super::baseline::{Baseline, CutReference, SampleWindow, WindowSummary, low_percentile};
 use super::error::{ConfigError, check_range};
 
 /// Settings of the [`Vegas`] algorithm. Start from [`VegasConfig::default`].
@@ -17,7 +17,8 @@ pub struct VegasConfig {
     /// does, so large limits tolerate proportionally larger queues (default on).
     pub log10_scaling: bool,
     /// Caps `beta` at this share of the limit and `alpha` at half of it, so small limits do not
-    /// tolerate a queue as long as themselves, in `(0, 1]` (default 0.2).
+    /// tolerate a queue as long as themselves, in `(0, 1]` (default 0.2). The band is kept at
+    /// least one call wide (up to the configured `beta`), since a queue is a whole number of calls.
     pub max_queue_share: f64,
     /// Share of the computed per-round step applied, in `(0, 1]` (default 0.5).
     pub smoothing: f64,
@@ -37,7 +38,8 @@ pub struct VegasConfig {
     /// limit), at least 4 (default 16).
     pub probe_samples: usize,
     /// Rounds (of `limit` samples) the queue estimate must stay above `beta` before the baseline is
-    /// suspected stale and re-learned, at least 1 (default 4).
+    /// suspected stale and re-learned by a probe, at least 1 (default 4). A fallback: the window
+    /// after each cut judges the baseline first (see [`Vegas`]).
     pub stale_rounds: f64,
 }
 
@@ -155,9 +157,21 @@ enum Phase {
 ///   the lowest window low seen (see `baseline.rs`): one lucky 1 us sample, or a burst of fast
 ///   failures (dropped calls never feed it), cannot poison it, and service-time jitter does not
 ///   read as a queue.
+/// - **A slower dependency is not a queue.** A stale baseline (the dependency's service time rose,
+///   its concurrency did not) reads exactly like a queue, and cutting on it would starve the
+///   dependency down to a limit of 1. So every cut is judged by the window after it, built only
+///   from calls granted under the new limit: a real queue shortens the RTT at least in
+///   proportion to the concurrency removed; if the RTT instead stays clearly above that (and did
+///   not rise), the calls after the cut no longer queue, their low percentile becomes the
+///   baseline and the limit returns to where it was before the congestion (see `baseline.rs`).
+///   That judging window is half as long as usual (at least 4 samples), and a window whose
+///   calls were granted at mixed concurrency (a ramp) is never a reference.
+/// - **Cuts that never undershoot.** An RTT-based cut removes `smoothing` of the excess queue
+///   per round the window spans, compounded, so one window never removes more than the queue it
+///   measured; a drop still halves the limit at once.
 /// - **Re-learning without adopting a loaded sample.** The baseline is re-learned periodically,
-///   and at once when the queue estimate stays above `beta` for `stale_rounds` rounds despite
-///   cuts (the sign of a stale, too-low baseline after the dependency got slower). A probe lowers
+///   and when the queue estimate stays above `beta` for `stale_rounds` rounds with no cut being
+///   judged (the fallback for a stale, too-low baseline). A probe lowers
 ///   the limit to `probe_ratio * limit`, skips one round, and takes the low percentile of samples
 ///   granted with at most that many calls in flight: samples at reduced concurrency, never one
 ///   loaded sample. If their RTT did not fall with the concurrency, the congestion was a stale
@@ -168,7 +182,7 @@ enum Phase {
 ///   the load at once while a burst of fast failures costs one cut, not a collapse.
 /// - **Growth only when used**: only windows whose calls were granted with, on average,
 ///   `in_flight >= limit / 2` grow the limit.
-/// - **Per-round steps.** A window of `n` samples moves the limit by
+/// - **Per-round steps.** A window of `n` samples grows the limit by
 ///   `smoothing * step * n / in_flight`, about `smoothing * step` per round trip, where `step`
 ///   aims the queue at the middle of `[alpha, beta]`; with no queue at all the limit grows by at
 ///   least `growth_ratio` of itself per round (less as the queue nears `alpha`). Until the first
@@ -211,6 +225,8 @@ pub struct Vegas {
     cut_cooldown: usize,
     congested_rounds: f64,
     limit_before_congestion: f64,
+    /// The window that caused the last RTT-based cut, until the window after it is judged.
+    cut_reference: Option<CutReference>,
     /// No queue or drop seen yet: grow by the whole limit per round, like TCP slow start.
     slow_start: bool,
 }
@@ -222,7 +238,7 @@ impl Vegas {
         Ok(Self {
             estimate: config.bounds.initial() as f64,
             current: config.bounds.initial(),
-            window_len: window_len(&config, config.bounds.initial()),
+            window_len: window_len(&config, config.bounds.initial(), false),
             probe_after: probe_after(&config, config.bounds.initial()),
             window: SampleWindow::with_capacity(config.baseline_window),
             baseline: Baseline::default(),
@@ -233,6 +249,7 @@ impl Vegas {
             cut_cooldown: 0,
             congested_rounds: 0.0,
             limit_before_congestion: config.bounds.initial() as f64,
+            cut_reference: None,
             slow_start: true,
             config,
         })
@@ -265,10 +282,12 @@ impl Vegas {
         // Never tolerate a queue above a share of the limit: 3..6 queued calls are a small delay
         // in front of 100 slots but a large one in front of 10.
         let cap = self.estimate * self.config.max_queue_share;
-        (
-            (self.config.alpha * scale).min(cap / 2.0),
-            (self.config.beta * scale).min(cap),
-        )
+        let alpha = (self.config.alpha * scale).min(cap / 2.0);
+        let beta = self.config.beta * scale;
+        // But keep the band at least one call wide (up to the configured beta): a queue is a
+        // whole number of calls, and a narrower band holds none of them, so a small limit would
+        // swing between growing and shrinking around it.
+        (alpha, beta.min(cap).max(beta.min(alpha + 1.0)))
     }
 
     fn set_estimate(&mut self, value: f64) {
@@ -307,6 +326,7 @@ impl Vegas {
     fn on_drop(&mut self) {
         self.slow_start = false;
         self.congested_rounds = 0.0;
+        self.cut_reference = None;
         if let Phase::Probing { restore, .. } = self.phase {
             self.end_probe(restore, None);
         }
@@ -361,11 +381,16 @@ impl Vegas {
     fn on_success(&mut self, in_flight: usize, rtt: u64) -> bool {
         self.samples_since_probe += 1;
         let mut changed = false;
-        if let Some(window) = self.window.push(rtt, in_flight, self.window_len) {
+        // A call granted with more in flight than the limit allows now was granted before a cut:
+        // its RTT describes the old concurrency, so it joins no window.
+        if in_flight <= self.current
+            && let Some(window) = self.window.push(rtt, in_flight, self.window_len)
+        {
             self.on_window(&window);
             changed = true;
         }
-        if self.samples_since_probe >= self.probe_after {
+        // Not while a cut is being judged: that window is a probe already.
+        if self.samples_since_probe >= self.probe_after && self.cut_reference.is_none() {
             self.start_probe(self.congested_rounds > 0.0);
             changed = true;
         }
@@ -384,13 +409,24 @@ impl Vegas {
         let Some(base) = self.baseline.estimate() else {
             return;
         };
+        if let Some(reference) = self.cut_reference.take()
+            && reference.reveals_stale(base, window)
+        {
+            // The cut did not shorten the RTT: the dependency got slower, it is not queueing.
+            // Adopt the RTT after the cut (taken at reduced concurrency) as the baseline and undo
+            // the cuts made since the congestion began.
+            self.baseline.relearn(window.low);
+            self.congested_rounds = 0.0;
+            self.set_estimate(self.estimate.max(self.limit_before_congestion));
+            return;
+        }
         let limit = self.estimate;
         let queue = limit * (1.0 - base as f64 / window.low as f64).max(0.0);
         let (alpha, beta) = self.thresholds();
         let target = (alpha + beta) / 2.0;
         let used = window.mean_in_flight * 2.0 >= limit;
         let rounds = window.samples as f64 / window.mean_in_flight.max(1.0);
-        let step = if queue < alpha {
+        let change = if queue < alpha {
             self.congested_rounds = 0.0;
             if used {
                 // Far below alpha, grow by a share of the limit; near alpha, by what is missing.
@@ -400,7 +436,7 @@ impl Vegas {
                 } else {
                     self.config.growth_ratio
                 };
-                (target - queue).max(limit * growth * headroom)
+                self.config.smoothing * (target - queue).max(limit * growth * headroom) * rounds
             } else {
                 0.0
             }
@@ -410,14 +446,22 @@ impl Vegas {
                 self.limit_before_congestion = limit;
             }
             self.congested_rounds += rounds;
-            target - queue
+            self.cut_reference = CutReference::of(window);
+            // Each round the queue persists, remove `smoothing` of what remains of it: over the
+            // window's rounds that compounds to less than the whole excess, so one window never
+            // cuts below the concurrency the dependency was measured to serve.
+            (target - queue) * (1.0 - (1.0 - self.config.smoothing).powf(rounds))
         } else {
             self.slow_start = false;
             self.congested_rounds = 0.0;
             0.0
         };
-        self.set_estimate(limit + self.config.smoothing * step * rounds);
-        if sped_up || self.congested_rounds >= self.config.stale_rounds {
+        self.set_estimate(limit + change);
+        // A pending cut check is the better probe: it judges the stale-baseline question at the
+        // concurrency the cut chose, with no further reduction.
+        let stale =
+            self.congested_rounds >= self.config.stale_rounds && self.cut_reference.is_none();
+        if sped_up || stale {
             self.start_probe(self.congested_rounds > 0.0);
         }
     }
@@ -456,9 +500,9 @@ impl Vegas {
             Phase::Probing { probe_limit, .. } => probe_limit,
             Phase::Tracking => self.config.bounds.clamp(self.estimate),
         };
+        self.window_len = window_len(&self.config, current, self.cut_reference.is_some());
         if current != self.current {
             self.current = current;
-            self.window_len = window_len(&self.config, current);
             self.probe_after = probe_after(&self.config, current);
         }
         current
@@ -466,8 +510,15 @@ impl Vegas {
 }
 
 /// Samples per window at limit `current`: at least `baseline_window`, at least half the limit.
-fn window_len(config: &VegasConfig, current: usize) -> usize {
-    config.baseline_window.max(current / 2)
+/// The window that judges a cut takes half as many (at least 4): at a small limit it is the one
+/// spent at reduced concurrency, and its low percentile still skips its fastest sample.
+fn window_len(config: &VegasConfig, current: usize, judging_cut: bool) -> usize {
+    let least = if judging_cut {
+        (config.baseline_window / 2).max(4)
+    } else {
+        config.baseline_window
+    };
+    least.max(current / 2)
 }
 
 /// Samples between periodic probes at limit `current`: `probe_interval` rounds of the limit.

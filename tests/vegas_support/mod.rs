@@ -68,3 +68,30 @@ pub fn busy_rounds(algorithm: &mut impl LimitAlgorithm, rounds: usize, rtt_micro
     }
     algorithm.limit()
 }
+
+/// A dependency with `slots` concurrent slots: calls beyond them queue, so RTT grows with
+/// in-flight beyond the slots.
+#[derive(Debug, Clone, Copy)]
+pub struct Dependency {
+    pub slots: usize,
+    pub service_micros: u64,
+}
+
+impl Dependency {
+    /// The RTT of a call granted with `in_flight` calls in flight.
+    pub fn rtt_micros(&self, in_flight: usize) -> u64 {
+        let load = (in_flight as f64 / self.slots as f64).max(1.0);
+        (self.service_micros as f64 * load) as u64
+    }
+
+    /// Runs `rounds` rounds in which the caller uses the whole limit.
+    pub fn drive(&self, algorithm: &mut impl LimitAlgorithm, rounds: usize) -> usize {
+        for _ in 0..rounds {
+            let limit = algorithm.limit();
+            for _ in 0..limit {
+                algorithm.update(&sample(self.rtt_micros(limit), limit, Outcome::Success));
+            }
+        }
+        algorithm.limit()
+    }
+}

@@ -17,9 +17,18 @@
 //! - `limit_settle_each_s`: seconds after each change until the limit stays (for one second)
 //!   within 15 % of where it ends the phase, whether or not that level is healthy.
 //!
+//! With `--step`, it runs the capacity-step scenarios instead (see `step.rs`): a backend of 4
+//! workers at 10 ms whose service time steps to 25 ms, and one of 8 workers at 10 ms of which 4
+//! go away, each behind an unbounded queue, offered 3x its capacity by clients that wait up to
+//! 50 ms for a permit and give up after 1 s; for vegas, aimd, gradient and fixed limits of 4 and
+//! 16 it prints goodput per second around the step, p50/p99 latency, the limit over time and how
+//! long the limit spent below the worker count.
+//!
 //! ```text
-//! cargo run --release -p flowguard-harness --bin vegas_sim -- [--json] [--plot DIR] [--seed N] [--slots N]
+//! cargo run --release -p flowguard-harness --bin vegas_sim -- [--json] [--plot DIR] [--seed N] [--slots N] [--step]
 //! ```
+
+mod step;
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
@@ -442,15 +451,17 @@ fn json(reports: &[Report]) -> String {
 fn main() -> Result<(), Box<dyn Error>> {
     let mut args = std::env::args().skip(1);
     let (mut as_json, mut plot_dir, mut seed, mut slots) = (false, None, 7_u64, 50_usize);
+    let mut steps = false;
     while let Some(arg) = args.next() {
         match arg.as_str() {
             "--json" => as_json = true,
+            "--step" => steps = true,
             "--plot" => plot_dir = Some(PathBuf::from(args.next().ok_or("--plot needs a DIR")?)),
             "--seed" => seed = args.next().ok_or("--seed needs a number")?.parse()?,
             "--slots" => slots = args.next().ok_or("--slots needs a number")?.parse()?,
             other => {
                 return Err(format!(
-                    "unknown argument `{other}`; use --json, --plot DIR, --seed N, --slots N"
+                    "unknown argument `{other}`; use --json, --plot DIR, --seed N, --slots N, --step"
                 )
                 .into());
             }
@@ -458,6 +469,9 @@ fn main() -> Result<(), Box<dyn Error>> {
     }
     if slots == 0 {
         return Err("--slots must be at least 1".into());
+    }
+    if steps {
+        return run_steps(seed, as_json);
     }
     let scenario = Scenario::standard(seed, slots);
     println!(
@@ -515,6 +529,50 @@ fn main() -> Result<(), Box<dyn Error>> {
     Ok(())
 }
 
+/// A limit algorithm and the name its report goes by.
+type NamedAlgorithm = (String, Box<dyn LimitAlgorithm>);
+
+/// The limiters compared in the step scenarios: every algorithm with its defaults, and fixed
+/// limits of 4 and 16.
+fn step_limiters() -> Result<Vec<NamedAlgorithm>, Box<dyn Error>> {
+    Ok(vec![
+        (
+            "vegas".into(),
+            Box::new(Vegas::new(VegasConfig::default())?),
+        ),
+        ("aimd".into(), Box::new(Aimd::new(AimdConfig::default())?)),
+        (
+            "gradient".into(),
+            Box::new(Gradient::new(GradientConfig::default())?),
+        ),
+        ("fixed 4".into(), Box::new(Fixed::new(4)?)),
+        ("fixed 16".into(), Box::new(Fixed::new(16)?)),
+    ])
+}
+
+fn run_step(scenario: &step::StepScenario) -> Result<Vec<step::StepReport>, Box<dyn Error>> {
+    step_limiters()?
+        .into_iter()
+        .map(|(name, algorithm)| step::simulate_step(scenario, algorithm, name))
+        .collect()
+}
+
+fn run_steps(seed: u64, as_json: bool) -> Result<(), Box<dyn Error>> {
+    let mut all = Vec::new();
+    for scenario in [
+        step::StepScenario::slower_service(seed),
+        step::StepScenario::fewer_workers(seed),
+    ] {
+        let reports = run_step(&scenario)?;
+        step::print(&scenario, &reports);
+        all.push(step::json(&scenario, &reports));
+    }
+    if as_json {
+        println!("{}", serde_json::json!({ "step_scenarios": all }));
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -555,6 +613,50 @@ mod tests {
         );
         for other in ["aimd", "gradient"] {
             assert!(vegas.p99_latency_ratio < by_name(other).p99_latency_ratio);
+        }
+    }
+
+    /// The capacity-step targets, in simulation: after the service time steps from 10 to 25 ms
+    /// at 4 workers, Vegas keeps at least 90 % of the best fixed limit's goodput in the first
+    /// second, and its limit stays below the worker count less than 1 % of the steady time.
+    #[test]
+    fn vegas_follows_a_slower_service_time_without_starving_the_workers() {
+        for seed in [7, 11] {
+            for scenario in [
+                step::StepScenario::slower_service(seed),
+                step::StepScenario::fewer_workers(seed),
+            ] {
+                let scenario = step::StepScenario {
+                    step_at: Duration::from_secs(4),
+                    end: Duration::from_secs(8),
+                    ..scenario
+                };
+                let reports = run_step(&scenario).unwrap();
+                let by_name = |name: &str| reports.iter().find(|r| r.name == name).unwrap();
+                let vegas = by_name("vegas");
+                let fixed = [by_name("fixed 4"), by_name("fixed 16")];
+                let best_first = fixed.iter().map(|r| r.first_second_after_step()).max();
+                let best_total = fixed.iter().map(|r| r.total()).max().unwrap();
+                let context = format!("{} seed {seed}", scenario.name);
+                assert!(
+                    vegas.first_second_after_step() as f64 >= 0.9 * best_first.unwrap() as f64,
+                    "{context}: {} vs {best_first:?}",
+                    vegas.first_second_after_step()
+                );
+                assert!(
+                    vegas.total() as f64 >= 0.97 * best_total as f64,
+                    "{context}: {} vs {best_total}",
+                    vegas.total()
+                );
+                assert!(
+                    vegas.below_workers_steady < 0.01,
+                    "{context}: {}",
+                    vegas.below_workers_steady
+                );
+                assert!(vegas.min_limit_after_step >= 2, "{context}");
+                assert!(vegas.p99_ms <= by_name("fixed 16").p99_ms, "{context}");
+                assert_eq!(vegas.timeouts, 0, "{context}");
+            }
         }
     }
 }
