@@ -45,7 +45,7 @@ mod table;
 pub mod two_tier;
 
 pub use crate::clock::{Clock, ManualClock, MonotonicClock};
-pub use algorithm::{Gcra, Step};
+pub use algorithm::{Gcra, Step, Ticks};
 pub use decision::{Decision, Degradation};
 pub use error::{ConfigError, GcraError};
 pub use headers::{RATELIMIT_LIMIT, RATELIMIT_REMAINING, RATELIMIT_RESET};

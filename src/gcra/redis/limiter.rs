@@ -7,7 +7,9 @@ use super::error::RedisStoreError;
 use super::policy::FailurePolicy;
 use super::quota::RedisQuota;
 use super::store::RedisStore;
-use crate::gcra::{Clock, Decision, Degradation, GcraError, KeyedRateLimiter, Overflow, Quota};
+use crate::gcra::{
+    Clock, Decision, Degradation, GcraError, KeyedRateLimiter, Overflow, Quota, Ticks,
+};
 
 /// A GCRA limiter whose state lives in Redis: every instance using the same store, prefix and
 /// quota enforces one global quota per key. Same semantics as
@@ -109,7 +111,7 @@ impl RedisRateLimiter {
                 }
             }
             (FailurePolicy::FailClosed, _) => denied().degraded(Degradation::FailClosed),
-            _ => match gcra.decide(0, 0, cost) {
+            _ => match gcra.decide(Ticks::ZERO, 0, cost) {
                 Ok(step) => step.decision.degraded(Degradation::FailOpen),
                 Err(_) => denied().degraded(Degradation::FailOpen),
             },

@@ -313,14 +313,7 @@ impl RedisStore {
                 )
             }
         };
-        let call = Call {
-            key: &store_key,
-            interval_us: gcra.interval_ticks(),
-            burst: gcra.burst(),
-            cost,
-            now_us,
-            extra_ttl_ms,
-        };
+        let call = Call::new(&store_key, gcra, cost, now_us, extra_ttl_ms)?;
         let answer = tokio::time::timeout(inner.timeout, async {
             match inner.conn.query::<Vec<i64>>(&call.command(false)).await {
                 Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
@@ -341,7 +334,7 @@ impl RedisStore {
         if inner.circuit.answered(group) {
             inner.log.recovered();
         }
-        let (decision, at) = parse_reply(&reply, gcra.burst())?;
+        let (decision, at) = parse_reply(&reply, gcra, cost, &store_key)?;
         Ok(StoreDecision {
             decision,
             at: Duration::from_micros(at),
@@ -422,8 +415,6 @@ fn classify(e: &RedisError, key: &[u8]) -> GcraError {
     let key = || String::from_utf8_lossy(key).into_owned();
     if e.code() == Some("WRONGTYPE") || text.contains("WRONGTYPE") {
         GcraError::WrongType { key: key() }
-    } else if text.contains("not a GCRA state") {
-        GcraError::CorruptState { key: key() }
     } else if e.kind() == ErrorKind::Server(ServerErrorKind::NoPerm)
         || text.contains("user executing the script")
     {
@@ -438,12 +429,10 @@ fn classify(e: &RedisError, key: &[u8]) -> GcraError {
         GcraError::StoreRejected {
             reason: format!("{text}: check the user name and password in the URL"),
         }
-    } else if text.contains("flowguard:")
-        || matches!(
-            e.kind(),
-            ErrorKind::UnexpectedReturnType | ErrorKind::Parse | ErrorKind::InvalidClientConfig
-        )
-    {
+    } else if matches!(
+        e.kind(),
+        ErrorKind::UnexpectedReturnType | ErrorKind::Parse | ErrorKind::InvalidClientConfig
+    ) {
         GcraError::StoreRejected { reason: text }
     } else {
         GcraError::StoreUnavailable { reason: text }
