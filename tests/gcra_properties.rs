@@ -5,6 +5,9 @@ use std::time::Duration;
 use flowguard::gcra::{GcraError, KeyedRateLimiter, ManualClock, Quota, RateLimiter};
 use proptest::prelude::*;
 
+#[path = "support/window.rs"]
+mod window;
+
 /// The textbook GCRA, written for clarity: u128 time scaled by the rate (so `T = period` exactly,
 /// whatever `period / rate` is in nanoseconds), the TAT as an option, no shortcuts.
 struct Model {
@@ -69,41 +72,59 @@ impl Model {
     }
 }
 
+/// Quotas of every shape: the usual (a few per second, minute, hour), rates up to 10^6 per second,
+/// and periods of arbitrary nanoseconds, so that `period / rate` is rarely a whole number of ns.
 fn quotas() -> impl Strategy<Value = Quota> {
-    (
-        1u32..50,
-        prop_oneof![Just(1u64), Just(60), Just(3600), 1u64..10],
-        1u32..20,
-    )
-        .prop_map(|(rate, secs, burst)| {
-            Quota::new(rate, Duration::from_secs(secs))
-                .unwrap()
-                .with_burst(burst)
-                .unwrap()
-        })
+    let rate = prop_oneof![1u32..50, 1u32..=1_000_000, Just(999_999), Just(3), Just(7)];
+    let period = prop_oneof![
+        prop_oneof![Just(1u64), Just(60), Just(3600), 1u64..10].prop_map(Duration::from_secs),
+        (1u64..=10_000_000_000).prop_map(Duration::from_nanos),
+        (1u64..=100_000).prop_map(Duration::from_micros),
+    ];
+    let burst = prop_oneof![1u32..20, 1u32..=10_000];
+    (rate, period, burst).prop_filter_map("a valid quota", |(rate, period, burst)| {
+        Quota::new(rate, period)
+            .and_then(|q| q.with_burst(burst))
+            .ok()
+    })
 }
 
-/// (time step in ms, cost) pairs; costs sometimes exceed the burst on purpose.
-fn traces() -> impl Strategy<Value = Vec<(u64, u32)>> {
-    prop::collection::vec(
-        (prop_oneof![Just(0u64), 0u64..50, 0u64..5000], 0u32..25),
-        1..200,
-    )
+/// A quota and (time step in ns, cost) pairs scaled to it: steps from nothing to two burst
+/// windows, costs sometimes above the burst on purpose.
+fn cases() -> impl Strategy<Value = (Quota, Vec<(u64, u32)>)> {
+    quotas().prop_flat_map(|quota| {
+        let t = quota.emission_interval().as_nanos() as u64;
+        let window = quota.burst_window().as_nanos() as u64;
+        let burst = quota.burst();
+        let step = prop_oneof![
+            Just(0u64),
+            0..=t,
+            0..=t.saturating_mul(3),
+            0..=window.saturating_mul(2)
+        ];
+        let cost = prop_oneof![0u32..=2, 0..=burst.saturating_add(1)];
+        (Just(quota), prop::collection::vec((step, cost), 1..200))
+    })
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(256))]
+    // A fixed seed: the same 256 cases on every run.
+    #![proptest_config(ProptestConfig {
+        cases: 256,
+        rng_seed: proptest::test_runner::RngSeed::Fixed(0x6c72_6167),
+        ..ProptestConfig::default()
+    })]
 
     #[test]
-    fn limiters_decide_like_the_reference_model(quota in quotas(), trace in traces()) {
+    fn limiters_decide_like_the_reference_model((quota, trace) in cases()) {
         let clock = ManualClock::new();
         let single = RateLimiter::with_clock(quota, clock.clone());
         let keyed = KeyedRateLimiter::builder(quota).clock(clock.clone()).build::<u8>().unwrap();
         let mut model = Model::new(&quota);
         let mut now = 0u128;
         for (step, cost) in trace {
-            clock.advance(Duration::from_millis(step));
-            now += u128::from(step) * 1_000_000;
+            clock.advance(Duration::from_nanos(step));
+            now += u128::from(step);
             let expected = model.check(now, u128::from(cost));
             for got in [single.check_n(cost), keyed.check_key_n(&7, cost)] {
                 match (&expected, got) {
@@ -127,13 +148,16 @@ proptest! {
     }
 
     #[test]
-    fn no_window_admits_more_than_burst_plus_elapsed_over_interval(quota in quotas(), trace in traces()) {
+    fn no_window_admits_more_than_burst_plus_elapsed_over_interval((quota, trace) in cases()) {
         let clock = ManualClock::new();
-        let limiter = RateLimiter::with_clock(quota, clock.clone());
+        let single = RateLimiter::with_clock(quota, clock.clone());
+        let keyed = KeyedRateLimiter::builder(quota).clock(clock.clone()).build::<u8>().unwrap();
         let mut admitted: Vec<(u128, u128)> = vec![];
         for (step, cost) in trace {
-            clock.advance(Duration::from_millis(step));
-            if let Ok(d) = limiter.check_n(cost)
+            clock.advance(Duration::from_nanos(step));
+            let (a, b) = (single.check_n(cost), keyed.check_key_n(&1, cost));
+            prop_assert_eq!(&a, &b);
+            if let Ok(d) = a
                 && d.allowed
                 && cost > 0
             {
@@ -141,19 +165,7 @@ proptest! {
             }
         }
         // Bound against the *nominal* interval period/rate (exact rational arithmetic, no slack).
-        let (rate, period, b) = (u128::from(quota.rate()), quota.period().as_nanos(), u128::from(quota.burst()));
-        for i in 0..admitted.len() {
-            let mut tokens = 0;
-            for j in i..admitted.len() {
-                tokens += admitted[j].1;
-                let span = admitted[j].0 - admitted[i].0;
-                // tokens <= B + span / (period / rate)  <=>  tokens * period <= B * period + span * rate
-                prop_assert!(
-                    tokens * period <= b * period + span * rate,
-                    "{} tokens in {} ns with quota {:?}", tokens, span, quota
-                );
-            }
-        }
+        window::check_windows(&quota, &admitted).map_err(TestCaseError::fail)?;
     }
 
     #[test]
@@ -161,14 +173,17 @@ proptest! {
         let clock = ManualClock::new();
         // The smallest burst that can keep up (see `tolerance_for_a_clock_of_whole_nanoseconds`).
         let burst = if quota.emission_interval_exact().1 == 1 { 1 } else { 2 };
-        let limiter = RateLimiter::with_clock(quota.with_burst(burst).unwrap(), clock.clone());
+        let quota = quota.with_burst(burst).unwrap();
+        let single = RateLimiter::with_clock(quota, clock.clone());
+        let keyed = KeyedRateLimiter::builder(quota).clock(clock.clone()).build::<u8>().unwrap();
         clock.advance(Duration::from_millis(offset_ms));
         let start = clock.elapsed().as_nanos();
         let (rate, period) = (u128::from(quota.rate()), quota.period().as_nanos());
         for k in 0..n as u128 {
             // The k-th request at start + k * period / rate: the first nanosecond not before it.
             clock.set(Duration::from_nanos((start + (k * period).div_ceil(rate)) as u64));
-            prop_assert!(limiter.check().unwrap().allowed, "request {} denied", k);
+            prop_assert!(single.check().unwrap().allowed, "request {} denied", k);
+            prop_assert!(keyed.check_key(&3).unwrap().allowed, "keyed: request {} denied", k);
         }
     }
 }
@@ -176,25 +191,7 @@ proptest! {
 /// A greedy client over a simulated day admits exactly `B + floor(t / T)` with the nominal `T`:
 /// `T` is carried exactly, so nothing accumulates into a drift.
 fn greedy_day(quota: Quota) -> (u128, u128) {
-    let clock = ManualClock::new();
-    let limiter = RateLimiter::with_clock(quota, clock.clone());
-    let day = Duration::from_secs(86_400);
-    let mut admitted = 0u128;
-    let mut steady_denials = 0u32;
-    while clock.elapsed() <= day {
-        let d = limiter.check().unwrap();
-        if d.allowed {
-            admitted += 1;
-        } else {
-            // Come back exactly when told: never earlier, so every retry is allowed.
-            clock.advance(d.retry_after.unwrap());
-            steady_denials += 1;
-        }
-    }
-    assert!(steady_denials > 0);
-    let nominal = u128::from(quota.burst())
-        + day.as_nanos() * u128::from(quota.rate()) / quota.period().as_nanos();
-    (admitted, nominal)
+    greedy(quota, Duration::from_secs(86_400), false)
 }
 
 #[test]
@@ -255,4 +252,74 @@ fn tolerance_for_a_clock_of_whole_nanoseconds() {
         assert!(strict.check().unwrap().allowed, "spaced request {k}");
         clock.advance(quota.emission_interval());
     }
+}
+
+/// Counts what a greedy client gets over `span`: it asks for one token, and when denied comes back
+/// exactly when told. Returns (admitted, `B + floor(span / T)` with the nominal `T`).
+fn greedy(quota: Quota, span: Duration, keyed: bool) -> (u128, u128) {
+    let clock = ManualClock::new();
+    let single = RateLimiter::with_clock(quota, clock.clone());
+    let many = KeyedRateLimiter::builder(quota)
+        .clock(clock.clone())
+        .build::<u8>()
+        .unwrap();
+    let mut admitted = 0u128;
+    while clock.elapsed() <= span {
+        let d = if keyed {
+            many.check_key(&0).unwrap()
+        } else {
+            single.check().unwrap()
+        };
+        if d.allowed {
+            admitted += 1;
+        } else {
+            clock.advance(d.retry_after.unwrap());
+        }
+    }
+    let nominal = u128::from(quota.burst())
+        + span.as_nanos() * u128::from(quota.rate()) / quota.period().as_nanos();
+    (admitted, nominal)
+}
+
+/// 9,999 per 10 ms is T = 1,000.1 ns. With T rounded down to 1,000 ns a greedy client got 10,000
+/// tokens per 10 ms instead of 9,999: one too many every 10 ms.
+#[test]
+fn a_rate_that_does_not_divide_a_period_into_nanoseconds_is_not_exceeded() {
+    let quota = Quota::new(9_999, Duration::from_millis(10))
+        .unwrap()
+        .with_burst(10)
+        .unwrap();
+    for keyed in [false, true] {
+        let (admitted, nominal) = greedy(quota, Duration::from_millis(30), keyed);
+        assert_eq!(nominal, 10 + 3 * 9_999);
+        assert_eq!(admitted, nominal, "keyed: {keyed}");
+    }
+}
+
+/// 3 per second with a burst of a million: the window is 333,333.33 s. Spending the whole burst at
+/// 0 and again after 333,333.333 s (1 ns less than a million intervals) must be denied: it would
+/// put 2,000,000 tokens in a window that allows 1,999,999. Rounding T down to 333,333,333 ns
+/// (and the window with it) let it through.
+#[test]
+fn a_large_burst_gains_no_token_over_days() {
+    let quota = Quota::per_second(3).unwrap().with_burst(1_000_000).unwrap();
+    let clock = ManualClock::new();
+    let single = RateLimiter::with_clock(quota, clock.clone());
+    let keyed = KeyedRateLimiter::builder(quota)
+        .clock(clock.clone())
+        .build::<u8>()
+        .unwrap();
+    assert!(single.check_n(1_000_000).unwrap().allowed);
+    assert!(keyed.check_key_n(&0, 1_000_000).unwrap().allowed);
+    clock.set(Duration::from_nanos(333_333_333_000_000));
+    for d in [single.check_n(1_000_000), keyed.check_key_n(&0, 1_000_000)] {
+        let d = d.unwrap();
+        assert!(!d.allowed, "{d:?}");
+        // The last third of a nanosecond is rounded up.
+        assert_eq!(d.retry_after, Some(Duration::from_nanos(333_334)));
+        assert_eq!(d.remaining, 999_999);
+    }
+    clock.advance(Duration::from_nanos(333_334));
+    assert!(single.check_n(1_000_000).unwrap().allowed);
+    assert!(keyed.check_key_n(&0, 1_000_000).unwrap().allowed);
 }
