@@ -438,3 +438,32 @@ fn classify(e: &RedisError, key: &[u8]) -> GcraError {
         GcraError::StoreUnavailable { reason: text }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn errors_are_classified_by_kind_not_by_the_key_in_their_text() {
+        // A connection failure whose message happens to name a key under the default prefix is
+        // still a store that did not answer (the failure policy applies), not a refusal.
+        let key = b"flowguard:=k";
+        let reset = std::io::Error::new(
+            std::io::ErrorKind::ConnectionReset,
+            "connection reset while sending flowguard:=k",
+        );
+        assert!(matches!(
+            classify(&RedisError::from(reset), key),
+            GcraError::StoreUnavailable { .. }
+        ));
+        let unknown = RedisError::from((
+            ErrorKind::Server(ServerErrorKind::ResponseError),
+            "An error was signalled by the server",
+            "flowguard: something".to_string(),
+        ));
+        assert!(matches!(
+            classify(&unknown, key),
+            GcraError::StoreUnavailable { .. }
+        ));
+    }
+}
