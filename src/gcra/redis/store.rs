@@ -267,7 +267,8 @@ impl RedisStore {
     /// `cost > burst` is [`GcraError::InsufficientCapacity`] without a round trip. A timeout, a
     /// connection failure, or a store that failed within the last probe interval is
     /// [`GcraError::StoreUnavailable`]; a key of another type is [`GcraError::WrongType`], a string
-    /// that is not a TAT [`GcraError::CorruptState`], a refused command (e.g. ACL) [`GcraError::StoreRejected`].
+    /// that is not a GCRA state [`GcraError::CorruptState`] (see the [module](super) on foreign
+    /// values), a refused command (e.g. ACL) [`GcraError::StoreRejected`].
     pub async fn check(
         &self,
         key: &[u8],
