@@ -263,13 +263,6 @@ impl Gcra {
         }
     }
 
-    /// The TAT a cost-`cost` request adds, `cost * T` in ticks; `cost > B` is
-    /// [`GcraError::InsufficientCapacity`]. Depends only on the cost, so a compare-and-swap loop
-    /// computes it once.
-    pub(crate) fn step_ticks(&self, cost: u32) -> Result<Ticks, GcraError> {
-        self.exact_step(cost).map(unpack)
-    }
-
     /// The decision alone, for `den == 1`: whether the request fits, and the TATs involved. Cheap,
     /// so a compare-and-swap loop can retry it without building a [`Decision`] each time.
     #[inline]
@@ -313,7 +306,9 @@ impl Gcra {
         }
     }
 
-    /// `cost * T`, packed; see [`step_ticks`](Self::step_ticks).
+    /// The TAT a cost-`cost` request adds, `cost * T` in ticks, packed; `cost > B` is
+    /// [`GcraError::InsufficientCapacity`]. Depends only on the cost, so a compare-and-swap loop
+    /// computes it once.
     #[inline]
     pub(crate) fn exact_step(&self, cost: u32) -> Result<u128, GcraError> {
         if cost > self.burst {

@@ -7,6 +7,7 @@
 
 use std::sync::LazyLock;
 
+use crate::gcra::algorithm::unpack;
 use crate::gcra::{Decision, Gcra, GcraError, Ticks};
 
 /// The script's source.
@@ -42,7 +43,7 @@ impl<'a> Call<'a> {
     ) -> Result<Call<'a>, GcraError> {
         Ok(Call {
             key,
-            step: gcra.step_ticks(cost)?,
+            step: unpack(gcra.exact_step(cost)?),
             den: gcra.denominator(),
             window: gcra.window_ticks(),
             now_us,
