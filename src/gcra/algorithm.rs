@@ -349,6 +349,7 @@ impl Gcra {
     }
 
     /// The full [`Decision`] for a verdict of [`verdict_exact`](Self::verdict_exact) reached at `now`.
+    #[inline]
     pub(crate) fn report_exact(&self, v: Verdict<u128>, now: u64) -> Decision {
         let den = u128::from(self.den);
         // In units of 1/den tick: at most 2^64 * 2^52 + 2^52, no overflow.
