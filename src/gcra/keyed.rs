@@ -174,6 +174,7 @@ impl<K: Hash + Eq, C: Clock> KeyedRateLimiter<K, C> {
 
     /// Checks (and on success spends) `cost` tokens for `key`. `cost == 0` peeks and never stores
     /// a key; `cost > burst` is [`GcraError::InsufficientCapacity`].
+    #[inline]
     pub fn check_key_n<Q>(&self, key: &Q, cost: u32) -> Result<Decision, GcraError>
     where
         K: Borrow<Q>,

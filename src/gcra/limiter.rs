@@ -27,9 +27,15 @@ use crate::clock::{Clock, MonotonicClock};
 pub struct RateLimiter<C: Clock = MonotonicClock> {
     gcra: Gcra,
     quota: Quota,
-    tat: TatState,
+    tat: OwnLine<TatState>,
     clock: C,
 }
+
+/// The state on cache lines of its own: a compare-and-swap by one core does not evict the rule
+/// and the clock, which every check reads, from the other cores' caches.
+#[derive(Debug)]
+#[repr(align(128))]
+struct OwnLine<T>(T);
 
 impl RateLimiter<MonotonicClock> {
     /// A limiter on the real monotonic clock.
@@ -45,7 +51,7 @@ impl<C: Clock> RateLimiter<C> {
         RateLimiter {
             gcra,
             quota,
-            tat: TatState::idle(&gcra),
+            tat: OwnLine(TatState::idle(&gcra)),
             clock,
         }
     }
@@ -60,7 +66,7 @@ impl<C: Clock> RateLimiter<C> {
     /// `cost > burst` is [`GcraError::InsufficientCapacity`].
     #[inline]
     pub fn check_n(&self, cost: u32) -> Result<Decision, GcraError> {
-        self.tat.spend(&self.gcra, self.clock.now_nanos(), cost)
+        self.tat.0.spend(&self.gcra, self.clock.now_nanos(), cost)
     }
 
     /// The quota this limiter enforces.
