@@ -7,6 +7,9 @@
 //! no information (an absent key and an expired key decide the same) and are reclaimed
 //! incrementally as new keys arrive.
 
+use std::borrow::Borrow;
+use std::hash::Hash;
+
 use super::algorithm::{Gcra, Ticks};
 use super::cell::{ExactTat, TatCell, WholeTat};
 use super::decision::{Decision, Degradation};
@@ -14,8 +17,6 @@ use super::error::{ConfigError, GcraError};
 use super::quota::Quota;
 use super::table::Table;
 use crate::clock::{Clock, MonotonicClock};
-use std::borrow::Borrow;
-use std::hash::Hash;
 
 /// Default [`KeyedRateLimiterBuilder::max_keys`]: 2^20 (about one million) live keys.
 pub const DEFAULT_MAX_KEYS: usize = 1 << 20;
