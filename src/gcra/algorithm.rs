@@ -52,8 +52,10 @@ impl From<u64> for Ticks {
 /// is 333,333,333 1/3 ns). The rule keeps `T` as the fraction `q + r/den` in lowest terms and
 /// every TAT as [`Ticks`] `(whole, frac)` with `frac < den`, adds with a carry and compares
 /// exactly, so nothing is ever rounded in the client's favour: in any window of length `t` at
-/// most `B + t/T` tokens are admitted, and a client sending at exactly the nominal rate is never
-/// denied. Of the reported numbers, `remaining` is exact (`floor((B*T - (tat' - now)) / T)`), and
+/// most `B + t/T` tokens are admitted, and a client sending at exactly the nominal rate (its k-th
+/// request at the first tick not before `k*T`) is never denied, provided the tolerance
+/// `(B-1)*T` is at least one tick or `T` is whole (with `B = 1` and a fractional `T`, two such
+/// requests can be less than `T` apart, which the bound itself forbids). Of the reported numbers, `remaining` is exact (`floor((B*T - (tat' - now)) / T)`), and
 /// `retry_after` and `reset_after` are rounded **up** to the tick, so a client that waits what it
 /// was told is allowed. When `T` is a whole number of ticks (`den == 1`, e.g. any rate dividing
 /// 10^9 per second at nanosecond ticks), the fraction is always zero and a TAT fits in one `u64`.

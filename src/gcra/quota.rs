@@ -19,7 +19,8 @@ pub const MAX_WINDOW: Duration = Duration::from_nanos(1 << 62);
 /// ([`Quota::emission_interval_exact`]), never rounded: every store keeps a key's state as a whole
 /// number of its ticks plus a fraction of a tick (see [`Gcra`](super::Gcra)), so in any window
 /// of length `t` at most `B + t / T` tokens are admitted with the nominal `T`, and a client
-/// sending at exactly the nominal rate is never denied. [`Quota::emission_interval`] is `T`
+/// sending at exactly the nominal rate is never denied (with a burst of at least 2 when `T` is
+/// not a whole number of nanoseconds: see [`Gcra`](super::Gcra)). [`Quota::emission_interval`] is `T`
 /// rounded **up** to whole nanoseconds: waiting that long is always enough for one token.
 ///
 /// ```

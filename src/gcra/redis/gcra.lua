@@ -28,11 +28,12 @@
 -- is the TAT the request was decided against; the client derives the decision from it.
 -- Returns {1} when the key holds something that is not a GCRA state, {2} for invalid arguments.
 
+local tonumber, find, match, format = tonumber, string.find, string.match, string.format
 local EXACT = 9007199254740992 -- 2^53: integers below it are exact doubles
 
--- A decimal integer below 2^53, or nil.
+-- A stored decimal integer below 2^53, or nil.
 local function int(s)
-  if type(s) ~= 'string' or #s == 0 or #s > 16 or not string.find(s, '^%d+$') then
+  if not s or #s == 0 or #s > 16 or find(s, '%D') then
     return nil
   end
   local v = tonumber(s)
@@ -42,11 +43,12 @@ local function int(s)
   return v
 end
 
-local step, step_frac, den = int(ARGV[1]), int(ARGV[2]), int(ARGV[3])
-local window, window_frac = int(ARGV[4]), int(ARGV[5])
-local extra_ttl = int(ARGV[7])
+-- The arguments come from the client's exact arithmetic; only their presence and range are checked.
+local step, step_frac, den = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+local window, window_frac = tonumber(ARGV[4]), tonumber(ARGV[5])
+local extra_ttl = tonumber(ARGV[7])
 if not (step and step_frac and den and window and window_frac and extra_ttl)
-    or den < 1 or step_frac >= den or window_frac >= den then
+    or den < 1 or step_frac >= den or window_frac >= den or extra_ttl >= EXACT then
   return {2}
 end
 
@@ -55,8 +57,8 @@ if ARGV[6] == '' then
   local t = redis.call('TIME')
   now = (tonumber(t[1]) - 1700000000) * 1000000 + tonumber(t[2])
 else
-  now = int(ARGV[6])
-  if not now then
+  now = tonumber(ARGV[6])
+  if not now or now >= EXACT then
     return {2}
   end
 end
@@ -72,7 +74,7 @@ if stored then
   end
   local whole, frac, over = int(stored), 0, den
   if not whole then
-    local w, f, d = string.match(stored, '^(%d+)%+(%d+)/(%d+)$')
+    local w, f, d = match(stored, '^(%d+)%+(%d+)/(%d+)$')
     whole, frac, over = int(w), int(f), int(d)
     if not (whole and frac and over) or frac >= over then
       return {1}
@@ -117,10 +119,12 @@ if spends and (allowed == 1 or normalized) then
   if ttl_ms < 1 then
     ttl_ms = 1
   end
-  local value = string.format('%d', at)
+  local value
   if at_frac > 0 then
-    value = string.format('%d+%d/%d', at, at_frac, den)
+    value = format('%d+%d/%d', at, at_frac, den)
+  else
+    value = format('%d', at)
   end
-  redis.call('SET', KEYS[1], value, 'PX', string.format('%d', ttl_ms))
+  redis.call('SET', KEYS[1], value, 'PX', format('%d', ttl_ms))
 end
 return {0, allowed, tat, tat_frac, now}
