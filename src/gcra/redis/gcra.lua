@@ -31,18 +31,6 @@
 local tonumber, find, match, format = tonumber, string.find, string.match, string.format
 local EXACT = 9007199254740992 -- 2^53: integers below it are exact doubles
 
--- A stored decimal integer below 2^53, or nil.
-local function int(s)
-  if not s or #s == 0 or #s > 16 or find(s, '%D') then
-    return nil
-  end
-  local v = tonumber(s)
-  if v >= EXACT then
-    return nil
-  end
-  return v
-end
-
 -- The arguments come from the client's exact arithmetic; only their presence and range are checked.
 local step, step_frac, den = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local window, window_frac = tonumber(ARGV[4]), tonumber(ARGV[5])
@@ -69,16 +57,18 @@ local tat, tat_frac = now, 0
 local normalized = false
 local stored = redis.call('GET', KEYS[1])
 if stored then
-  if #stored > 50 then
-    return {1}
-  end
-  local whole, frac, over = int(stored), 0, den
-  if not whole then
+  -- "<whole>" or "<whole>+<frac>/<den>", each a decimal integer of at most 16 digits below 2^53.
+  local whole, frac, over
+  if #stored > 0 and #stored <= 16 and not find(stored, '%D') then
+    whole, frac, over = tonumber(stored), 0, den
+  elseif #stored <= 50 then
     local w, f, d = match(stored, '^(%d+)%+(%d+)/(%d+)$')
-    whole, frac, over = int(w), int(f), int(d)
-    if not (whole and frac and over) or frac >= over then
-      return {1}
+    if w and #w <= 16 and #f <= 16 and #d <= 16 then
+      whole, frac, over = tonumber(w), tonumber(f), tonumber(d)
     end
+  end
+  if not whole or whole >= EXACT or over >= EXACT or frac >= over then
+    return {1}
   end
   if frac > 0 and over ~= den then
     whole, frac = whole + 1, 0
