@@ -18,10 +18,11 @@
 --
 -- The value is the TAT as decimal microseconds: "<whole>", or "<whole>+<frac>/<den>" when it has
 -- a fraction of a microsecond. Anything else (signs, exponents, hex, spaces, inf, nan, a number of
--- 2^53 or more, a fraction of den or more) is not a state this script writes: status 1, nothing
--- changes. A state beyond now + B*T (written under a quota with a longer window, by a clock that
--- was ahead, or by hand) is read as now + B*T, a fully spent key, and stored as such, so no value
--- locks a key out for longer than one window. A fraction over another denominator (a quota that
+-- more than 16 digits or of 2^53 or more, a fraction of den or more) is not a state this script
+-- writes: status 1, nothing changes. A state beyond now + B*T (written under a quota with a longer
+-- window, by a clock that was ahead, or by hand) is read as now + B*T, a fully spent key, and
+-- stored as such by the next request that spends, so no value locks a key out for longer than
+-- one window. A fraction over another denominator (a quota that
 -- changed) is rounded up to the next whole microsecond.
 --
 -- Returns {0, allowed (0/1), tat, tat_frac, now}, where tat + tat_frac/den = max(stored TAT, now)
