@@ -1,4 +1,5 @@
-//! Many threads on one key with a frozen clock admit exactly the burst, never more.
+//! Many threads on one key with a frozen clock admit exactly the burst, never more: with an
+//! emission interval of whole nanoseconds (a 64-bit cell) and with a fractional one (a 128-bit cell).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -11,7 +12,13 @@ const ATTEMPTS: usize = 20_000;
 
 #[test]
 fn threads_on_one_key_admit_exactly_the_burst() {
-    let quota = Quota::per_second(1000).unwrap().with_burst(5000).unwrap();
+    for rate in [1000, 3] {
+        let quota = Quota::per_second(rate).unwrap().with_burst(5000).unwrap();
+        one_key_admits_exactly_the_burst(quota);
+    }
+}
+
+fn one_key_admits_exactly_the_burst(quota: Quota) {
     let limiter = Arc::new(RateLimiter::with_clock(quota, ManualClock::new()));
     let admitted = Arc::new(AtomicU64::new(0));
     let handles: Vec<_> = (0..THREADS)
@@ -43,7 +50,13 @@ fn threads_on_one_key_admit_exactly_the_burst() {
 
 #[test]
 fn threads_on_one_keyed_entry_admit_exactly_the_burst() {
-    let quota = Quota::per_second(10).unwrap().with_burst(1000).unwrap();
+    for rate in [10, 7] {
+        let quota = Quota::per_second(rate).unwrap().with_burst(1000).unwrap();
+        one_keyed_entry_admits_exactly_the_burst(quota);
+    }
+}
+
+fn one_keyed_entry_admits_exactly_the_burst(quota: Quota) {
     let limiter = Arc::new(
         KeyedRateLimiter::builder(quota)
             .clock(ManualClock::new())

@@ -22,7 +22,10 @@ async fn many_instances_share_one_quota() {
     // stall of the shared test machine shorter than that loses no tokens, so the 95% floor measures
     // the store, not the scheduler.
     let quota = RedisQuota::new(Quota::per_second(200).unwrap().with_burst(200).unwrap()).unwrap();
-    let interval_us = quota.gcra().interval_ticks();
+    // 5,000 µs exactly: a whole number of ticks.
+    let interval = quota.gcra().interval_ticks();
+    assert_eq!(interval.frac, 0);
+    let interval_us = interval.whole;
     let burst = u64::from(quota.gcra().burst());
     let mut tasks = Vec::new();
     for _ in 0..STORES {

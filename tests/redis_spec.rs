@@ -215,10 +215,14 @@ async fn a_key_holding_something_else_is_a_typed_error() {
 async fn bad_configuration_is_a_typed_error() {
     let server = RedisServer::start();
     let store = RedisStore::connect(&server.url()).await.unwrap();
+    // ~114 years: beyond what the script keeps exact.
+    let too_long = Quota::per_hour(1).unwrap().with_burst(1_000_000).unwrap();
     assert!(matches!(
-        RedisRateLimiter::new(store.clone(), Quota::per_second(2_000_000).unwrap()),
-        Err(RedisStoreError::Quota(_))
+        RedisRateLimiter::new(store.clone(), too_long),
+        Err(RedisStoreError::WindowTooLong { .. })
     ));
+    // Faster than one token per microsecond is exact too (T = 1/2 µs).
+    assert!(RedisRateLimiter::new(store.clone(), Quota::per_second(2_000_000).unwrap()).is_ok());
     let err = RedisStore::standalone(server.url())
         .timeout(Duration::ZERO)
         .connect()

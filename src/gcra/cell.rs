@@ -1,37 +1,178 @@
-//! One key's state: a single atomic word holding its Theoretical Arrival Time, updated by compare-and-swap.
+//! One key's state: its Theoretical Arrival Time in one atomic cell, updated by compare-and-swap.
+//!
+//! Two cell types, chosen once per limiter from its quota ([`Gcra::is_whole`]):
+//! [`WholeTat`], one `u64` of whole ticks, when the emission interval is a whole number of ticks
+//! (the common case: every TAT is then whole); and [`ExactTat`], one `u128` holding whole ticks and
+//! a fraction of a tick, when it is not. A 64-bit word cannot hold nanosecond ticks and a fraction
+//! for the lifetime of a process, so the exact cell is twice as wide; it is lock-free wherever the
+//! CPU has a 128-bit compare-and-swap (every x86-64 of the last 15 years, aarch64), and falls back
+//! to `portable-atomic`'s short global locks elsewhere.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use super::algorithm::Gcra;
+use portable_atomic::AtomicU128;
+
+use super::algorithm::{Gcra, Ticks, Verdict, pack};
 use super::decision::Decision;
 use super::error::GcraError;
+use super::table::Expiring;
 
-/// Decides `cost` at `now` against the TAT in `cell`, storing the new TAT if tokens were spent.
-///
-/// Lock-free: a lost race re-reads the winner's TAT and decides again. A thread whose `now` is
-/// older than the stored TAT's author's only ever decides more strictly, never more leniently.
-#[inline]
-pub(crate) fn spend(
-    gcra: &Gcra,
-    cell: &AtomicU64,
-    now: u64,
+/// A key's TAT in a form a store can update atomically.
+pub(crate) trait TatCell: Expiring + Send + Sync {
+    /// A cell holding `tat`.
+    fn holding(tat: Ticks) -> Self;
+
+    /// Decides `cost` at `now` against the TAT in this cell, storing the new TAT if tokens were spent.
+    ///
+    /// Lock-free: a lost race re-reads the winner's TAT and decides again. A thread whose `now` is
+    /// older than the stored TAT's author's only ever decides more strictly, never more leniently.
+    fn spend(&self, gcra: &Gcra, now: u64, cost: u32) -> Result<Decision, GcraError>;
+}
+
+/// The compare-and-swap loop of both cells: decide against `current`, and on a spend swap in the
+/// candidate TAT; a lost race decides again against the winner's TAT. Only the cheap `verdict` is
+/// inside the retry loop; the decision is spelled out once, by `report`.
+#[inline(always)]
+fn compare_and_swap<W: Copy>(
+    mut current: W,
     cost: u32,
+    verdict: impl Fn(W) -> Result<Verdict<W>, GcraError>,
+    swap: impl Fn(W, W) -> Result<W, W>,
+    report: impl Fn(Verdict<W>) -> Decision,
 ) -> Result<Decision, GcraError> {
-    let mut current = cell.load(Ordering::Acquire);
     loop {
-        // Only the cheap verdict is inside the retry loop; the decision is spelled out once.
-        let verdict = gcra.verdict(current, now, cost)?;
-        if !verdict.allowed || cost == 0 {
-            return Ok(gcra.report(verdict, now));
+        let v = verdict(current)?;
+        if !v.allowed || cost == 0 {
+            return Ok(report(v));
         }
-        match cell.compare_exchange_weak(
-            current,
-            verdict.candidate,
-            Ordering::AcqRel,
-            Ordering::Acquire,
-        ) {
-            Ok(_) => return Ok(gcra.report(verdict, now)),
+        match swap(current, v.candidate) {
+            Ok(_) => return Ok(report(v)),
             Err(actual) => current = actual,
         }
+    }
+}
+
+/// A TAT of whole ticks, for rules whose emission interval is a whole number of ticks.
+#[derive(Debug)]
+pub(crate) struct WholeTat(AtomicU64);
+
+impl TatCell for WholeTat {
+    fn holding(tat: Ticks) -> Self {
+        debug_assert_eq!(tat.frac, 0, "a whole rule never makes a fraction");
+        WholeTat(AtomicU64::new(tat.whole))
+    }
+
+    #[inline]
+    fn spend(&self, gcra: &Gcra, now: u64, cost: u32) -> Result<Decision, GcraError> {
+        compare_and_swap(
+            self.0.load(Ordering::Acquire),
+            cost,
+            |tat| gcra.verdict(tat, now, cost),
+            |current, new| {
+                self.0
+                    .compare_exchange_weak(current, new, Ordering::AcqRel, Ordering::Acquire)
+            },
+            |verdict| gcra.report(verdict, now),
+        )
+    }
+}
+
+impl Expiring for WholeTat {
+    #[inline]
+    fn is_expired(&self, now: u64) -> bool {
+        self.0.load(Ordering::Acquire) <= now
+    }
+}
+
+/// A TAT of whole ticks and a fraction of a tick, packed as `whole << 64 | frac` so that the
+/// packed values order like the times they denote.
+#[derive(Debug)]
+pub(crate) struct ExactTat(AtomicU128);
+
+impl TatCell for ExactTat {
+    fn holding(tat: Ticks) -> Self {
+        ExactTat(AtomicU128::new(pack(tat)))
+    }
+
+    #[inline]
+    fn spend(&self, gcra: &Gcra, now: u64, cost: u32) -> Result<Decision, GcraError> {
+        let step = gcra.exact_step(cost)?;
+        compare_and_swap(
+            self.0.load(Ordering::Acquire),
+            cost,
+            |tat| Ok(gcra.verdict_exact(tat, now, step)),
+            |current, new| {
+                self.0
+                    .compare_exchange_weak(current, new, Ordering::AcqRel, Ordering::Acquire)
+            },
+            |verdict| gcra.report_exact(verdict, now),
+        )
+    }
+}
+
+impl Expiring for ExactTat {
+    #[inline]
+    fn is_expired(&self, now: u64) -> bool {
+        // `whole << 64 | frac <= now << 64` iff the TAT is at or before `now`.
+        self.0.load(Ordering::Acquire) <= u128::from(now) << 64
+    }
+}
+
+/// The state of a single-key limiter: the cell its rule needs, chosen once at construction.
+#[derive(Debug)]
+pub(crate) enum TatState {
+    /// The emission interval is a whole number of ticks.
+    Whole(WholeTat),
+    /// The emission interval has a fraction of a tick.
+    Exact(ExactTat),
+}
+
+impl TatState {
+    /// An idle state for `gcra`.
+    pub(crate) fn idle(gcra: &Gcra) -> TatState {
+        if gcra.is_whole() {
+            TatState::Whole(WholeTat::holding(Ticks::ZERO))
+        } else {
+            TatState::Exact(ExactTat::holding(Ticks::ZERO))
+        }
+    }
+
+    /// [`TatCell::spend`] on whichever cell this is.
+    #[inline]
+    pub(crate) fn spend(&self, gcra: &Gcra, now: u64, cost: u32) -> Result<Decision, GcraError> {
+        match self {
+            TatState::Whole(cell) => cell.spend(gcra, now, cost),
+            TatState::Exact(cell) => cell.spend(gcra, now, cost),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gcra::Quota;
+
+    #[test]
+    fn exact_cells_expire_exactly_at_their_tat() {
+        let cell = ExactTat::holding(Ticks { whole: 10, frac: 1 });
+        assert!(!cell.is_expired(10), "a third of a tick is left");
+        assert!(cell.is_expired(11));
+        let cell = ExactTat::holding(Ticks::from(10));
+        assert!(cell.is_expired(10));
+        assert!(!cell.is_expired(9));
+    }
+
+    #[test]
+    fn the_cell_follows_the_rule() {
+        let whole = Gcra::new(&Quota::per_second(4).unwrap());
+        assert!(matches!(TatState::idle(&whole), TatState::Whole(_)));
+        let exact = Gcra::new(&Quota::per_second(3).unwrap());
+        let state = TatState::idle(&exact);
+        assert!(matches!(state, TatState::Exact(_)));
+        for _ in 0..3 {
+            assert!(state.spend(&exact, 0, 1).unwrap().allowed);
+        }
+        assert!(!state.spend(&exact, 333_333_333, 1).unwrap().allowed);
+        assert!(state.spend(&exact, 333_333_334, 1).unwrap().allowed);
     }
 }

@@ -26,8 +26,10 @@ pub enum GcraError {
         /// The store key, lossily decoded as UTF-8.
         key: String,
     },
-    /// A shared store holds a string at the limiter's key that is not a GCRA state (an integer TAT):
-    /// something else writes there. Delete the key or give the limiter its own key prefix.
+    /// A shared store holds a string at the limiter's key that is not a GCRA state (a TAT in
+    /// decimal microseconds, `"<whole>"` or `"<whole>+<frac>/<den>"`, below 2^53): something else
+    /// writes there. Nothing was changed. Delete the key (the key is then idle: a full burst) or give
+    /// the limiter its own key prefix.
     CorruptState {
         /// The store key, lossily decoded as UTF-8.
         key: String,

@@ -1,21 +1,22 @@
 //! [`KeyedRateLimiter`]: one quota per key for many keys, in bounded memory.
 //!
-//! Each key's state is one atomic word (its TAT) in a sharded, bounded [`Table`]: checking a
-//! known key takes a shard read lock and one compare-and-swap. Keys whose TAT is in the past carry
+//! Each key's state is one atomic cell (its TAT) in a sharded, bounded [`Table`]: checking a
+//! known key takes a shard read lock and one compare-and-swap. The cell type is chosen once from
+//! the quota: a `u64` when the emission interval is a whole number of nanoseconds, a `u128` (whole
+//! nanoseconds and a fraction) when it is not. Keys whose TAT is in the past carry
 //! no information (an absent key and an expired key decide the same) and are reclaimed
 //! incrementally as new keys arrive.
 
 use std::borrow::Borrow;
-use std::sync::atomic::{AtomicU64, Ordering};
 
-use super::algorithm::Gcra;
-use super::cell;
+use super::algorithm::{Gcra, Ticks};
+use super::cell::{ExactTat, TatCell, WholeTat};
 use super::decision::{Decision, Degradation};
 use super::error::{ConfigError, GcraError};
 use super::limit_key::LimitKey;
 use super::limit_key::stored::KeyDigester;
 use super::quota::Quota;
-use super::table::{Expiring, Table};
+use super::table::Table;
 use crate::clock::{Clock, MonotonicClock};
 
 /// Default [`KeyedRateLimiterBuilder::max_keys`]: 2^20 (about one million) live keys.
@@ -83,20 +84,28 @@ pub struct KeyedRateLimiter<K: LimitKey, C: Clock = MonotonicClock> {
     gcra: Gcra,
     quota: Quota,
     clock: C,
-    table: Table<K::Stored, Tat>,
+    table: Tables<K::Stored>,
     digester: KeyDigester,
     max_keys: usize,
     overflow: Overflow,
 }
 
-/// A key's Theoretical Arrival Time, in nanoseconds of the limiter's clock.
-struct Tat(AtomicU64);
+/// The keys' TATs, in the cell type the quota needs (chosen once, at build time).
+enum Tables<S> {
+    /// The emission interval is a whole number of nanoseconds: 8-byte cells.
+    Whole(Table<S, WholeTat>),
+    /// It is not: 16-byte cells holding a fraction of a nanosecond too.
+    Exact(Table<S, ExactTat>),
+}
 
-impl Expiring for Tat {
-    #[inline]
-    fn is_expired(&self, now: u64) -> bool {
-        self.0.load(Ordering::Acquire) <= now
-    }
+/// Runs `$body` with `$t` bound to whichever table `$tables` holds.
+macro_rules! with_table {
+    ($tables:expr, $t:ident => $body:expr) => {
+        match $tables {
+            Tables::Whole($t) => $body,
+            Tables::Exact($t) => $body,
+        }
+    };
 }
 
 /// Configures a [`KeyedRateLimiter`].
@@ -136,11 +145,17 @@ impl<C: Clock> KeyedRateLimiterBuilder<C> {
         if self.max_keys == 0 {
             return Err(ConfigError::ZeroMaxKeys);
         }
+        let gcra = Gcra::new(&self.quota);
+        let table = if gcra.is_whole() {
+            Tables::Whole(Table::new(self.max_keys))
+        } else {
+            Tables::Exact(Table::new(self.max_keys))
+        };
         Ok(KeyedRateLimiter {
-            gcra: Gcra::new(&self.quota),
+            gcra,
             quota: self.quota,
             clock: self.clock,
-            table: Table::new(self.max_keys),
+            table,
             digester: KeyDigester::new(),
             max_keys: self.max_keys,
             overflow: self.overflow,
@@ -200,31 +215,40 @@ impl<K: LimitKey, C: Clock> KeyedRateLimiter<K, C> {
     }
 
     /// [`check_key_n`](Self::check_key_n) for a key in its stored form.
+    #[inline]
     fn check_stored(&self, key: &K::Probe, cost: u32) -> Result<Decision, GcraError> {
+        with_table!(&self.table, table => self.check_in(table, key, cost))
+    }
+
+    /// [`check_stored`](Self::check_stored) against `table`, whose cells hold TATs of this quota.
+    #[inline]
+    fn check_in<V: TatCell>(
+        &self,
+        table: &Table<K::Stored, V>,
+        key: &K::Probe,
+        cost: u32,
+    ) -> Result<Decision, GcraError> {
         let now = self.clock.now_nanos();
-        let hash = self.table.hash(key);
-        if let Some(decision) = self
-            .table
-            .with(hash, key, |tat| cell::spend(&self.gcra, &tat.0, now, cost))
-        {
+        let hash = table.hash(key);
+        if let Some(decision) = table.with(hash, key, |tat| tat.spend(&self.gcra, now, cost)) {
             return decision;
         }
         // An unknown key decides as an idle one; only a spend needs storing.
-        let step = self.gcra.decide(0, now, cost)?;
+        let step = self.gcra.decide(Ticks::ZERO, now, cost)?;
         let Some(new_tat) = step.new_tat else {
             return Ok(step.decision);
         };
-        let stored = self.table.with_or_insert(
+        let stored = table.with_or_insert(
             hash,
             key,
             now,
-            || Tat(AtomicU64::new(new_tat)),
+            || V::holding(new_tat),
             // Inserted by another thread meanwhile: spend against its state instead.
             |tat, inserted| {
                 if inserted {
                     Ok(step.decision)
                 } else {
-                    cell::spend(&self.gcra, &tat.0, now, cost)
+                    tat.spend(&self.gcra, now, cost)
                 }
             },
         );
@@ -242,12 +266,13 @@ impl<K: LimitKey, C: Clock> KeyedRateLimiter<K, C> {
     /// Removes every key whose TAT has passed, shard by shard, and returns how many were removed.
     /// Releases memory of shards that shrank a lot.
     pub fn reclaim(&self) -> usize {
-        self.table.reclaim(self.clock.now_nanos())
+        let now = self.clock.now_nanos();
+        with_table!(&self.table, table => table.reclaim(now))
     }
 
     /// The number of keys stored (live or not yet reclaimed).
     pub fn len(&self) -> usize {
-        self.table.len()
+        with_table!(&self.table, table => table.len())
     }
 
     /// Whether no key is stored.
@@ -276,7 +301,10 @@ impl<K: LimitKey, C: Clock> std::fmt::Debug for KeyedRateLimiter<K, C> {
         f.debug_struct("KeyedRateLimiter")
             .field("quota", &self.quota)
             .field("max_keys", &self.max_keys)
-            .field("shards", &self.table.shard_count())
+            .field(
+                "shards",
+                &with_table!(&self.table, table => table.shard_count()),
+            )
             .field("overflow", &self.overflow)
             .finish_non_exhaustive()
     }

@@ -1,15 +1,17 @@
 //! [`RateLimiter`]: one quota for one key (a whole service, a single upstream), lock-free.
 
-use std::sync::atomic::AtomicU64;
-
 use super::algorithm::Gcra;
-use super::cell;
+use super::cell::TatState;
 use super::decision::Decision;
 use super::error::GcraError;
 use super::quota::Quota;
 use crate::clock::{Clock, MonotonicClock};
 
-/// A GCRA rate limiter for a single key: one atomic word of state, one compare-and-swap per decision.
+/// A GCRA rate limiter for a single key: one atomic cell of state, one compare-and-swap per decision.
+///
+/// The cell is one `u64` when the quota's emission interval is a whole number of nanoseconds, and
+/// a `u128` (whole nanoseconds and a fraction) when it is not, so that the interval is enforced
+/// exactly (see [`Gcra`]).
 ///
 /// ```
 /// use flowguard::gcra::{Quota, RateLimiter};
@@ -25,9 +27,15 @@ use crate::clock::{Clock, MonotonicClock};
 pub struct RateLimiter<C: Clock = MonotonicClock> {
     gcra: Gcra,
     quota: Quota,
-    tat: AtomicU64,
+    tat: OwnLine<TatState>,
     clock: C,
 }
+
+/// The state on cache lines of its own: a compare-and-swap by one core does not evict the rule
+/// and the clock, which every check reads, from the other cores' caches.
+#[derive(Debug)]
+#[repr(align(128))]
+struct OwnLine<T>(T);
 
 impl RateLimiter<MonotonicClock> {
     /// A limiter on the real monotonic clock.
@@ -39,10 +47,11 @@ impl RateLimiter<MonotonicClock> {
 impl<C: Clock> RateLimiter<C> {
     /// A limiter reading time from `clock` (e.g. a [`ManualClock`](super::ManualClock) in tests).
     pub fn with_clock(quota: Quota, clock: C) -> Self {
+        let gcra = Gcra::new(&quota);
         RateLimiter {
-            gcra: Gcra::new(&quota),
+            gcra,
             quota,
-            tat: AtomicU64::new(0),
+            tat: OwnLine(TatState::idle(&gcra)),
             clock,
         }
     }
@@ -57,7 +66,7 @@ impl<C: Clock> RateLimiter<C> {
     /// `cost > burst` is [`GcraError::InsufficientCapacity`].
     #[inline]
     pub fn check_n(&self, cost: u32) -> Result<Decision, GcraError> {
-        cell::spend(&self.gcra, &self.tat, self.clock.now_nanos(), cost)
+        self.tat.0.spend(&self.gcra, self.clock.now_nanos(), cost)
     }
 
     /// The quota this limiter enforces.

@@ -3,10 +3,12 @@
 //! The Generic Cell Rate Algorithm keeps, per key, one number: the *Theoretical Arrival Time*
 //! (TAT), the time at which the key would be back to empty if it sent nothing more. A request of
 //! cost `n` is allowed when pushing the TAT forward by `n` emission intervals keeps it within the
-//! burst window of now.
+//! burst window of now. The emission interval `period / rate` is kept exactly, as a fraction, in
+//! every store (see [`Gcra`]): no quota is ever exceeded by rounding.
 //!
 //! * [`Quota`]: rate per period and burst, validated.
-//! * [`Gcra`]: the pure decision rule (stored TAT, now, cost) → [`Decision`] + new TAT.
+//! * [`Gcra`]: the pure decision rule (stored TAT, now, cost) → [`Decision`] + new TAT, in exact
+//!   [`Ticks`] (whole ticks and a fraction of a tick).
 //! * [`RateLimiter`]: one key, lock-free. [`KeyedRateLimiter`]: many keys, bounded memory.
 //! * [`Clock`]: [`MonotonicClock`] for production, [`ManualClock`] for tests and simulations.
 //!
@@ -46,7 +48,7 @@ mod table;
 pub mod two_tier;
 
 pub use crate::clock::{Clock, ManualClock, MonotonicClock};
-pub use algorithm::{Gcra, Step};
+pub use algorithm::{Gcra, Step, Ticks};
 pub use decision::{Decision, Degradation};
 pub use error::{ConfigError, GcraError};
 pub use headers::{RATELIMIT_LIMIT, RATELIMIT_REMAINING, RATELIMIT_RESET};

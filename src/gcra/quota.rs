@@ -20,10 +20,13 @@ pub const MAX_WINDOW: Duration = Duration::from_nanos(1 << 62);
 /// `T = period / rate` (one token comes back every `T`) and a burst window `B * T`
 /// (how far ahead of now a key may have spent).
 ///
-/// `T` is kept in whole nanoseconds, rounded **down** (a client that sends at exactly
-/// the nominal rate is never denied; the effective rate is higher than the nominal one by
-/// less than one part in `T / 1 ns`, i.e. below 10^-6 for any interval of a millisecond or more).
-/// [`Quota::emission_interval`] reports the interval actually enforced.
+/// `T` is enforced **exactly**, as the fraction `period / rate` in lowest terms
+/// ([`Quota::emission_interval_exact`]), never rounded: every store keeps a key's state as a whole
+/// number of its ticks plus a fraction of a tick (see [`Gcra`](super::Gcra)), so in any window
+/// of length `t` at most `B + t / T` tokens are admitted with the nominal `T`, and a client
+/// sending at exactly the nominal rate is never denied (with a burst of at least 2 when `T` is
+/// not a whole number of nanoseconds: see [`Gcra`](super::Gcra)). [`Quota::emission_interval`] is `T`
+/// rounded **up** to whole nanoseconds: waiting that long is always enough for one token.
 ///
 /// ```
 /// use flowguard::gcra::Quota;
@@ -33,9 +36,10 @@ pub const MAX_WINDOW: Duration = Duration::from_nanos(1 << 62);
 /// assert_eq!(q.emission_interval(), Duration::from_millis(100));
 /// assert_eq!(q.burst(), 20);
 ///
-/// // 7 per minute does not divide a minute evenly; the interval is rounded down to whole ns.
+/// // 7 per minute does not divide a minute evenly: T = 60 s / 7 exactly.
 /// let q = Quota::per_minute(7)?;
-/// assert_eq!(q.emission_interval(), Duration::from_nanos(8_571_428_571));
+/// assert_eq!(q.emission_interval_exact(), (60_000_000_000, 7)); // ns / 7
+/// assert_eq!(q.emission_interval(), Duration::from_nanos(8_571_428_572)); // rounded up
 /// # Ok::<(), flowguard::gcra::QuotaError>(())
 /// ```
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
@@ -43,7 +47,9 @@ pub struct Quota {
     rate: u32,
     period: Duration,
     burst: u32,
-    interval_ns: u64,
+    /// `T = interval_num / interval_den` ns, in lowest terms.
+    interval_num: u128,
+    interval_den: u32,
 }
 
 /// Why a [`Quota`] could not be built. Each variant says what to change.
@@ -63,6 +69,17 @@ pub enum QuotaError {
         /// The requested period.
         period: Duration,
         /// The smallest emission interval the store can represent.
+        resolution: Duration,
+    },
+    /// The emission interval cannot be kept exactly in ticks of `resolution` (see
+    /// [`Gcra::with_resolution`](super::Gcra::with_resolution)): the resolution is zero, or the
+    /// interval in ticks is a fraction whose denominator exceeds 2^52.
+    UnsupportedResolution {
+        /// The requested rate.
+        rate: u32,
+        /// The requested period.
+        period: Duration,
+        /// The resolution asked for.
         resolution: Duration,
     },
     /// `burst * period / rate` exceeds [`MAX_WINDOW`].
@@ -93,6 +110,15 @@ impl fmt::Display for QuotaError {
                 "quota of {rate} per {period:?} gives an emission interval below {resolution:?}, \
                  the store's time resolution: lower the rate or lengthen the period"
             ),
+            QuotaError::UnsupportedResolution {
+                rate,
+                period,
+                resolution,
+            } => write!(
+                f,
+                "quota of {rate} per {period:?} cannot be kept exactly in ticks of {resolution:?}: \
+                 use a non-zero resolution of at most 1 ms (1 ns and 1 µs always work)"
+            ),
             QuotaError::WindowTooLong { window } => write!(
                 f,
                 "quota burst window (burst * period / rate) of {window:?} exceeds the maximum of {MAX_WINDOW:?}: \
@@ -113,22 +139,22 @@ impl Quota {
         if period.is_zero() {
             return Err(QuotaError::ZeroPeriod);
         }
-        let interval = period.as_nanos() / u128::from(rate);
-        if interval == 0 {
+        let period_ns = period.as_nanos();
+        if period_ns < u128::from(rate) {
             return Err(QuotaError::IntervalTooShort {
                 rate,
                 period,
                 resolution: Duration::from_nanos(1),
             });
         }
-        let interval_ns = u64::try_from(interval).map_err(|_| QuotaError::WindowTooLong {
-            window: Duration::MAX,
-        })?;
+        let common = gcd(period_ns, u128::from(rate));
         Quota {
             rate,
             period,
             burst: rate,
-            interval_ns,
+            interval_num: period_ns / common,
+            // A divisor of `rate`, so it fits.
+            interval_den: (u128::from(rate) / common) as u32,
         }
         .checked()
     }
@@ -157,12 +183,18 @@ impl Quota {
     }
 
     fn checked(self) -> Result<Quota, QuotaError> {
-        let window = u128::from(self.interval_ns) * u128::from(self.burst);
-        if window > MAX_WINDOW.as_nanos() {
-            let window = u64::try_from(window).map_or(Duration::MAX, Duration::from_nanos);
+        // period <= Duration::MAX < 2^94 ns and burst < 2^32: the product fits in a u128.
+        if self.window_nanos_ceil() > MAX_WINDOW.as_nanos() {
+            let window =
+                u64::try_from(self.window_nanos_ceil()).map_or(Duration::MAX, Duration::from_nanos);
             return Err(QuotaError::WindowTooLong { window });
         }
         Ok(self)
+    }
+
+    /// `B * T` in nanoseconds, rounded up.
+    fn window_nanos_ceil(&self) -> u128 {
+        (u128::from(self.burst) * self.interval_num).div_ceil(u128::from(self.interval_den))
     }
 
     /// Tokens per period, as configured.
@@ -180,19 +212,42 @@ impl Quota {
         self.burst
     }
 
-    /// The enforced emission interval `T = period / rate`, rounded down to whole nanoseconds.
+    /// The emission interval `T = period / rate`, rounded **up** to whole nanoseconds: waiting
+    /// this long always brings back at least one token. The limiters enforce the exact `T`
+    /// ([`emission_interval_exact`](Self::emission_interval_exact)); the two differ only when
+    /// `period` is not a whole number of nanoseconds times `rate`.
     pub fn emission_interval(&self) -> Duration {
-        Duration::from_nanos(self.interval_ns)
+        // ceil(T) <= ceil(B * T) <= MAX_WINDOW < 2^63 ns, checked at construction.
+        Duration::from_nanos(self.interval_num.div_ceil(u128::from(self.interval_den)) as u64)
     }
 
-    /// `B * T`: the time it takes an idle key to go from empty to a full burst.
+    /// The exact emission interval as `(numerator, denominator)` nanoseconds, in lowest terms:
+    /// `T = numerator / denominator` ns. The denominator divides `rate`; it is 1 when `T` is a
+    /// whole number of nanoseconds (e.g. any rate dividing 10^9 per second).
+    ///
+    /// ```
+    /// # use flowguard::gcra::Quota;
+    /// assert_eq!(Quota::per_second(4)?.emission_interval_exact(), (250_000_000, 1));
+    /// assert_eq!(Quota::per_second(3)?.emission_interval_exact(), (1_000_000_000, 3));
+    /// # Ok::<(), flowguard::gcra::QuotaError>(())
+    /// ```
+    pub fn emission_interval_exact(&self) -> (u128, u32) {
+        (self.interval_num, self.interval_den)
+    }
+
+    /// `B * T`, the time it takes an idle key to go from empty to a full burst, rounded up to
+    /// whole nanoseconds.
     pub fn burst_window(&self) -> Duration {
-        Duration::from_nanos(self.interval_ns * u64::from(self.burst))
+        Duration::from_nanos(self.window_nanos_ceil() as u64) // <= MAX_WINDOW, checked
     }
+}
 
-    pub(crate) fn interval_nanos(&self) -> u64 {
-        self.interval_ns
+/// The greatest common divisor of `a` and `b` (Euclid).
+pub(crate) fn gcd(mut a: u128, mut b: u128) -> u128 {
+    while b != 0 {
+        (a, b) = (b, a % b);
     }
+    a
 }
 
 impl fmt::Debug for Quota {
@@ -226,8 +281,21 @@ mod tests {
         );
         assert_eq!(
             Quota::per_second(3).unwrap().emission_interval(),
-            Duration::from_nanos(333_333_333)
+            Duration::from_nanos(333_333_334)
         );
+        assert_eq!(
+            Quota::per_second(3).unwrap().emission_interval_exact(),
+            (1_000_000_000, 3)
+        );
+        // Lowest terms: 6 per 2 s is 3 per second.
+        assert_eq!(
+            Quota::new(6, Duration::from_secs(2))
+                .unwrap()
+                .emission_interval_exact(),
+            (1_000_000_000, 3)
+        );
+        let q = Quota::per_minute(7).unwrap().with_burst(3).unwrap();
+        assert_eq!(q.burst_window(), Duration::from_nanos(25_714_285_715));
         assert_eq!(Quota::per_second(5).unwrap().burst(), 5);
     }
 

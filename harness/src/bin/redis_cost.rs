@@ -59,7 +59,7 @@ type Result<T> = std::result::Result<T, AnyError>;
 const FLOWGUARD_LUA: &str = include_str!("../../../src/gcra/redis/gcra.lua");
 /// The naive reference script of the design brief (client time, GET then SET EX, cost ignored).
 const NAIVE_LUA: &str = include_str!("../../scripts/naive_gcra.lua");
-/// Floor 1: what EVALSHA costs with one key and five arguments before the script does anything.
+/// Floor 1: what EVALSHA costs with one key and flowguard's arguments before the script does anything.
 const EMPTY_LUA: &str = "return 1";
 /// Floor 2: the two data commands any GET/SET GCRA script needs, and nothing else.
 const GET_SET_LUA: &str = "redis.call('GET', KEYS[1]) redis.call('SET', KEYS[1], '106495532123456', 'PX', '60000') return 1";
@@ -104,6 +104,20 @@ const FILL_BATCH: usize = 50;
 struct Quota {
     interval_us: u64,
     burst: u64,
+}
+
+impl Quota {
+    /// flowguard's ARGV for a cost-1 call at `now` ("" for server time): `n*T` and `B*T` as whole
+    /// µs plus a fraction over the denominator (1: these intervals are whole µs), now, extra TTL.
+    fn flowguard_args(&self, cmd: &mut Cmd, now: &str) {
+        cmd.arg(self.interval_us)
+            .arg(0)
+            .arg(1)
+            .arg(self.interval_us * self.burst)
+            .arg(0)
+            .arg(now)
+            .arg(0);
+    }
 }
 
 /// Command-line options.
@@ -439,7 +453,7 @@ impl Keys {
 /// What one call sends.
 #[derive(Clone)]
 enum Call {
-    /// flowguard's KEYS/ARGV convention; `server_time` sends "" as ARGV[4].
+    /// flowguard's KEYS/ARGV convention; `server_time` sends "" as the time (ARGV[6]).
     Flowguard { sha: String, server_time: bool },
     /// The naive script: client seconds as a float, T in seconds, burst, cost.
     Naive { sha: String },
@@ -457,13 +471,8 @@ impl Call {
                     flowguard_now_us().to_string()
                 };
                 let mut cmd = redis::cmd("EVALSHA");
-                cmd.arg(sha)
-                    .arg(1)
-                    .arg(key)
-                    .arg(quota.interval_us)
-                    .arg(quota.burst)
-                    .arg(1);
-                cmd.arg(now).arg(0);
+                cmd.arg(sha).arg(1).arg(key);
+                quota.flowguard_args(&mut cmd, &now);
                 cmd
             }
             Call::Naive { sha } => {
@@ -725,7 +734,7 @@ async fn drive(
                     .command(&keys.key(&tag, i, hot_keys), quota)
                     .query_async(&mut con)
                     .await?;
-                allowed += usize::from(is_allowed(&reply));
+                allowed += usize::from(is_allowed(&call, &reply));
             }
             Ok::<usize, AnyError>(allowed)
         });
@@ -793,12 +802,16 @@ async fn report_throughput(
     Ok(())
 }
 
-/// First element 1 (scripts), integer 1 (floors) or OK (SET).
-fn is_allowed(reply: &Value) -> bool {
-    match reply {
-        Value::Array(items) => matches!(items.first(), Some(Value::Int(1))),
-        Value::Int(n) => *n == 1,
-        Value::Okay => true,
+/// flowguard's `{0 (decided), 1 (allowed), ..}`, the naive script's `{1 (allowed), ..}`, integer 1
+/// (the floors, which take flowguard's arguments) or OK (SET).
+fn is_allowed(call: &Call, reply: &Value) -> bool {
+    match (call, reply) {
+        (Call::Flowguard { .. }, Value::Array(items)) => {
+            matches!(items.get(..2), Some([Value::Int(0), Value::Int(1)]))
+        }
+        (Call::Naive { .. }, Value::Array(items)) => matches!(items.first(), Some(Value::Int(1))),
+        (Call::Flowguard { .. }, Value::Int(n)) => *n == 1,
+        (Call::Set, Value::Okay) => true,
         _ => false,
     }
 }
@@ -899,13 +912,10 @@ impl Layout {
         match self {
             Layout::Gcra => {
                 let q = MEMORY_QUOTA;
-                pipe.cmd("EVALSHA").arg(&scripts.flowguard).arg(1).arg(key);
-                pipe.arg(q.interval_us)
-                    .arg(q.burst)
-                    .arg(1)
-                    .arg("")
-                    .arg(0)
-                    .ignore();
+                let mut cmd = redis::cmd("EVALSHA");
+                cmd.arg(&scripts.flowguard).arg(1).arg(key);
+                q.flowguard_args(&mut cmd, "");
+                pipe.add_command(cmd).ignore();
             }
             Layout::SlidingLog => {
                 let unix_us = now_us + FLOWGUARD_EPOCH_UNIX_S * 1_000_000;
@@ -1261,18 +1271,21 @@ mod tests {
 
     #[test]
     fn replies_count_as_allowed_only_when_they_say_so() {
-        assert!(is_allowed(&Value::Array(vec![
-            Value::Int(1),
-            Value::Int(9)
-        ])));
-        assert!(!is_allowed(&Value::Array(vec![
-            Value::Int(0),
-            Value::Int(9)
-        ])));
-        assert!(is_allowed(&Value::Int(1)));
-        assert!(!is_allowed(&Value::Int(0)));
-        assert!(is_allowed(&Value::Okay));
-        assert!(!is_allowed(&Value::Nil));
+        let flowguard = Call::Flowguard {
+            sha: "abc".into(),
+            server_time: true,
+        };
+        let naive = Call::Naive { sha: "abc".into() };
+        let ints = |v: &[i64]| Value::Array(v.iter().map(|&i| Value::Int(i)).collect());
+        assert!(is_allowed(&flowguard, &ints(&[0, 1, 5, 0, 5])));
+        assert!(!is_allowed(&flowguard, &ints(&[0, 0, 5, 0, 5])));
+        assert!(!is_allowed(&flowguard, &ints(&[1])));
+        assert!(is_allowed(&naive, &ints(&[1, 9])));
+        assert!(!is_allowed(&naive, &ints(&[0, 9])));
+        assert!(is_allowed(&flowguard, &Value::Int(1)));
+        assert!(!is_allowed(&flowguard, &Value::Int(0)));
+        assert!(is_allowed(&Call::Set, &Value::Okay));
+        assert!(!is_allowed(&Call::Set, &Value::Nil));
     }
 
     fn args(cmd: &Cmd) -> Vec<String> {
@@ -1292,13 +1305,25 @@ mod tests {
         };
         assert_eq!(
             args(&server.command("k", STINGY)),
-            ["EVALSHA", "abc", "1", "k", "3600000000", "1", "1", "", "0"]
+            [
+                "EVALSHA",
+                "abc",
+                "1",
+                "k",
+                "3600000000",
+                "0",
+                "1",
+                "3600000000",
+                "0",
+                "",
+                "0"
+            ]
         );
         let explicit = Call::Flowguard {
             sha: "abc".into(),
             server_time: false,
         };
-        let now: u64 = args(&explicit.command("k", GENEROUS))[7].parse().unwrap();
+        let now: u64 = args(&explicit.command("k", GENEROUS))[9].parse().unwrap();
         assert!(
             now > 90_000_000_000_000,
             "flowguard-epoch microseconds, got {now}"

@@ -52,8 +52,9 @@ pub enum RedisStoreError {
     },
     /// The local fallback limiter could not be built.
     LocalFallback(ConfigError),
-    /// The quota cannot be enforced at the Redis store's microsecond resolution
-    /// (its emission interval is below 1 µs).
+    /// The quota cannot be kept exactly at the Redis store's microsecond resolution. Every valid
+    /// [`Quota`](crate::gcra::Quota) can (intervals are kept as a whole number of microseconds and
+    /// an exact fraction), so this is reported only if the store's resolution changes.
     Quota(QuotaError),
     /// The quota's burst window is longer than the Redis script can represent exactly.
     WindowTooLong {

@@ -9,7 +9,7 @@ use super::quota::RedisQuota;
 use super::store::RedisStore;
 use crate::gcra::{
     Clock, ConfigError, DEFAULT_MAX_KEYS, Decision, Degradation, GcraError, KeyedRateLimiter,
-    Overflow, Quota,
+    Overflow, Quota, Ticks,
 };
 
 /// A GCRA limiter whose state lives in Redis: every instance using the same store, prefix and
@@ -157,7 +157,7 @@ impl RedisRateLimiter {
                 }
             }
             (FailurePolicy::FailClosed, _) => denied().degraded(Degradation::FailClosed),
-            _ => match gcra.decide(0, 0, cost) {
+            _ => match gcra.decide(Ticks::ZERO, 0, cost) {
                 Ok(step) => step.decision.degraded(Degradation::FailOpen),
                 Err(_) => denied().degraded(Degradation::FailOpen),
             },

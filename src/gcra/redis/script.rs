@@ -6,9 +6,9 @@
 //! Both go to the node owning the key, so no `SCRIPT LOAD` to "all nodes" is needed.
 
 use std::sync::LazyLock;
-use std::time::Duration;
 
-use crate::gcra::{Decision, GcraError};
+use crate::gcra::algorithm::unpack;
+use crate::gcra::{Decision, Gcra, GcraError, Ticks};
 
 /// The script's source.
 pub(crate) const SOURCE: &str = include_str!("gcra.lua");
@@ -21,15 +21,36 @@ pub(crate) static SHA: LazyLock<String> =
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Call<'a> {
     pub(crate) key: &'a [u8],
-    pub(crate) interval_us: u64,
-    pub(crate) burst: u32,
-    pub(crate) cost: u32,
+    /// `cost * T` in µs, exact.
+    pub(crate) step: Ticks,
+    /// The denominator of every fraction of a µs.
+    pub(crate) den: u64,
+    /// `B * T` in µs, exact.
+    pub(crate) window: Ticks,
     /// `None`: the server's `TIME`.
     pub(crate) now_us: Option<u64>,
     pub(crate) extra_ttl_ms: u64,
 }
 
-impl Call<'_> {
+impl<'a> Call<'a> {
+    /// The call deciding `cost` tokens for the store key `key` under `gcra` (µs ticks).
+    pub(crate) fn new(
+        key: &'a [u8],
+        gcra: &Gcra,
+        cost: u32,
+        now_us: Option<u64>,
+        extra_ttl_ms: u64,
+    ) -> Result<Call<'a>, GcraError> {
+        Ok(Call {
+            key,
+            step: unpack(gcra.exact_step(cost)?),
+            den: gcra.denominator(),
+            window: gcra.window_ticks(),
+            now_us,
+            extra_ttl_ms,
+        })
+    }
+
     /// `EVALSHA sha 1 key ...` or `EVAL source 1 key ...`.
     pub(crate) fn command(&self, by_source: bool) -> ::redis::Cmd {
         let mut cmd = if by_source {
@@ -43,9 +64,11 @@ impl Call<'_> {
         };
         cmd.arg(1)
             .arg(self.key)
-            .arg(self.interval_us)
-            .arg(self.burst)
-            .arg(self.cost);
+            .arg(self.step.whole)
+            .arg(self.step.frac)
+            .arg(self.den)
+            .arg(self.window.whole)
+            .arg(self.window.frac);
         match self.now_us {
             Some(now) => cmd.arg(now),
             None => cmd.arg(""),
@@ -55,67 +78,139 @@ impl Call<'_> {
     }
 }
 
-/// The script's reply: `{allowed, remaining, retry_after_us (-1 when allowed), reset_after_us, now_us}`
-/// turned into a decision and the time (µs) the script decided at.
-pub(crate) fn parse_reply(reply: &[i64], burst: u32) -> Result<(Decision, u64), GcraError> {
+/// The script's status codes: the first element of every reply.
+mod status {
+    /// Decided: `{0, allowed, tat, tat_frac, now}`.
+    pub(super) const DECIDED: i64 = 0;
+    /// The key holds a string that is not a GCRA state: `{1}`.
+    pub(super) const CORRUPT_STATE: i64 = 1;
+    /// The script rejected its arguments: `{2}`.
+    pub(super) const INVALID_ARGUMENTS: i64 = 2;
+}
+
+/// The script's reply to a request of `cost` under `gcra` for the store key `key`, turned into
+/// a decision and the time (µs) the script decided at.
+///
+/// A decided reply carries the TAT the request was decided against; the decision (remaining,
+/// retry and reset times) is computed here from it, exactly, by the same rule as in memory.
+pub(crate) fn parse_reply(
+    reply: &[i64],
+    gcra: &Gcra,
+    cost: u32,
+    key: &[u8],
+) -> Result<(Decision, u64), GcraError> {
     let malformed = || GcraError::StoreRejected {
         reason: format!(
-            "the GCRA script returned {reply:?}, not {{allowed, remaining, retry_after_us, reset_after_us, now_us}}: \
-             another script with the same SHA-1 is implausible; is the server a Redis-compatible store with Lua?"
+            "the GCRA script returned {reply:?}, not {{0, allowed, tat, tat_frac, now}}, {{1}} or {{2}}: \
+             is the server a Redis-compatible store with Lua scripting?"
         ),
     };
-    let &[allowed, remaining, retry_after, reset_after, now] = reply else {
-        return Err(malformed());
-    };
-    let micros = |v: i64| {
-        u64::try_from(v)
-            .map(Duration::from_micros)
-            .map_err(|_| malformed())
-    };
-    let decision = Decision::new(
-        allowed == 1,
-        burst,
-        u32::try_from(remaining).map_err(|_| malformed())?,
-        if allowed == 1 {
-            None
-        } else {
-            Some(micros(retry_after)?)
-        },
-        micros(reset_after)?,
-    );
-    Ok((decision, u64::try_from(now).map_err(|_| malformed())?))
+    match *reply {
+        [status::DECIDED, allowed @ (0 | 1), whole, frac, now] => {
+            let unsigned = |v: i64| u64::try_from(v).map_err(|_| malformed());
+            let tat = Ticks {
+                whole: unsigned(whole)?,
+                frac: unsigned(frac)?,
+            };
+            let now = unsigned(now)?;
+            let step = gcra.decide(tat, now, cost)?;
+            if step.decision.allowed != (allowed == 1) {
+                return Err(malformed());
+            }
+            Ok((step.decision, now))
+        }
+        [status::CORRUPT_STATE] => Err(GcraError::CorruptState {
+            key: String::from_utf8_lossy(key).into_owned(),
+        }),
+        [status::INVALID_ARGUMENTS] => Err(GcraError::StoreRejected {
+            reason: format!(
+                "the GCRA script rejected the arguments of {}: every argument must be a decimal \
+                 integer below 2^53 (is the explicit clock or the explicit-time TTL slack beyond 2^52?)",
+                String::from_utf8_lossy(key)
+            ),
+        }),
+        _ => Err(malformed()),
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::gcra::Quota;
+    use crate::gcra::redis::RESOLUTION;
+    use std::time::Duration;
+
+    fn micros(quota: Quota) -> Gcra {
+        Gcra::with_resolution(&quota, RESOLUTION).unwrap()
+    }
 
     #[test]
     fn replies_become_decisions() {
-        let (d, now) = parse_reply(&[1, 9, -1, 100_000, 42], 10).unwrap();
+        let g = micros(Quota::per_second(10).unwrap());
+        // Idle key at 42 µs: decided against tat = now.
+        let (d, now) = parse_reply(&[0, 1, 42, 0, 42], &g, 1, b"k").unwrap();
         assert!(d.allowed);
         assert_eq!(
             (d.remaining, d.retry_after, d.reset_after),
             (9, None, Duration::from_millis(100))
         );
         assert_eq!(now, 42);
-        let (d, _) = parse_reply(&[0, 0, 200_000, 1_000_000, 42], 5).unwrap();
-        assert_eq!(d.retry_after, Some(Duration::from_millis(200)));
-        assert!(parse_reply(&[1, 2, 3], 5).is_err());
-        assert!(parse_reply(&[0, -1, 5, 5, 5], 5).is_err());
+        // Full key: denied, told to come back in one interval.
+        let (d, _) = parse_reply(&[0, 0, 1_000_042, 0, 42], &g, 1, b"k").unwrap();
+        assert!(!d.allowed);
+        assert_eq!(d.retry_after, Some(Duration::from_millis(100)));
+        // A fraction of a µs is carried: 3 per second, two tokens spent at 0.
+        let g = micros(Quota::per_second(3).unwrap());
+        let (d, _) = parse_reply(&[0, 1, 666_666, 2, 0], &g, 1, b"k").unwrap();
+        assert_eq!((d.remaining, d.reset_after), (0, Duration::from_secs(1)));
+    }
+
+    #[test]
+    fn status_codes_become_typed_errors() {
+        let g = micros(Quota::per_second(10).unwrap());
+        assert_eq!(
+            parse_reply(&[1], &g, 1, b"p:=k"),
+            Err(GcraError::CorruptState { key: "p:=k".into() })
+        );
+        assert!(matches!(
+            parse_reply(&[2], &g, 1, b"k"),
+            Err(GcraError::StoreRejected { .. })
+        ));
+        for bad in [
+            &[1, 2, 3][..],
+            &[0, 1, -1, 0, 5],
+            &[0, 2, 0, 0, 0],
+            &[3],
+            &[],
+            // The script says allowed, the rule says denied: not this script's reply.
+            &[0, 1, 1_000_042, 0, 42],
+        ] {
+            assert!(
+                matches!(
+                    parse_reply(bad, &g, 1, b"k"),
+                    Err(GcraError::StoreRejected { .. })
+                ),
+                "{bad:?}"
+            );
+        }
     }
 
     #[test]
     fn the_digest_is_the_scripts() {
         assert_eq!(SHA.len(), 40);
-        let explicit = Call {
-            key: b"k",
-            interval_us: 1,
-            burst: 1,
-            cost: 1,
-            now_us: Some(7),
-            extra_ttl_ms: 9,
-        };
+        let g = micros(Quota::per_second(3).unwrap());
+        let explicit = Call::new(b"k", &g, 2, Some(7), 9).unwrap();
+        assert_eq!(
+            (explicit.step, explicit.den, explicit.window),
+            (
+                Ticks {
+                    whole: 666_666,
+                    frac: 2
+                },
+                3,
+                Ticks::from(1_000_000)
+            )
+        );
         let packed =
             String::from_utf8_lossy(&explicit.command(false).get_packed_command()).into_owned();
         assert!(packed.contains("EVALSHA") && packed.contains(SHA.as_str()));

@@ -312,7 +312,8 @@ impl RedisStore {
     /// `cost > burst` is [`GcraError::InsufficientCapacity`] without a round trip. A timeout, a
     /// connection failure, or a store that failed within the last probe interval is
     /// [`GcraError::StoreUnavailable`]; a key of another type is [`GcraError::WrongType`], a string
-    /// that is not a TAT [`GcraError::CorruptState`], a refused command (e.g. ACL) [`GcraError::StoreRejected`].
+    /// that is not a GCRA state [`GcraError::CorruptState`] (see the [module](super) on foreign
+    /// values), a refused command (e.g. ACL) [`GcraError::StoreRejected`].
     pub async fn check(
         &self,
         key: &[u8],
@@ -359,14 +360,7 @@ impl RedisStore {
                 )
             }
         };
-        let call = Call {
-            key: &store_key,
-            interval_us: gcra.interval_ticks(),
-            burst: gcra.burst(),
-            cost,
-            now_us,
-            extra_ttl_ms,
-        };
+        let call = Call::new(&store_key, gcra, cost, now_us, extra_ttl_ms)?;
         let answer = tokio::time::timeout(inner.timeout, async {
             match inner.conn.query::<Vec<i64>>(&call.command(false)).await {
                 Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
@@ -388,7 +382,7 @@ impl RedisStore {
             }
         };
         self.answered(group);
-        let (decision, at) = parse_reply(&reply, gcra.burst())?;
+        let (decision, at) = parse_reply(&reply, gcra, cost, &store_key)?;
         Ok(StoreDecision {
             decision,
             at: Duration::from_micros(at),
@@ -486,8 +480,6 @@ fn classify(e: &RedisError, key: &[u8]) -> GcraError {
     let key = || String::from_utf8_lossy(key).into_owned();
     if e.code() == Some("WRONGTYPE") || text.contains("WRONGTYPE") {
         GcraError::WrongType { key: key() }
-    } else if text.contains("not a GCRA state") {
-        GcraError::CorruptState { key: key() }
     } else if e.kind() == ErrorKind::Server(ServerErrorKind::NoPerm)
         || text.contains("user executing the script")
     {
@@ -502,14 +494,41 @@ fn classify(e: &RedisError, key: &[u8]) -> GcraError {
         GcraError::StoreRejected {
             reason: format!("{text}: check the user name and password in the URL"),
         }
-    } else if text.contains("flowguard:")
-        || matches!(
-            e.kind(),
-            ErrorKind::UnexpectedReturnType | ErrorKind::Parse | ErrorKind::InvalidClientConfig
-        )
-    {
+    } else if matches!(
+        e.kind(),
+        ErrorKind::UnexpectedReturnType | ErrorKind::Parse | ErrorKind::InvalidClientConfig
+    ) {
         GcraError::StoreRejected { reason: text }
     } else {
         GcraError::StoreUnavailable { reason: text }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn errors_are_classified_by_kind_not_by_the_key_in_their_text() {
+        // A connection failure whose message happens to name a key under the default prefix is
+        // still a store that did not answer (the failure policy applies), not a refusal.
+        let key = b"flowguard:=k";
+        let reset = std::io::Error::new(
+            std::io::ErrorKind::ConnectionReset,
+            "connection reset while sending flowguard:=k",
+        );
+        assert!(matches!(
+            classify(&RedisError::from(reset), key),
+            GcraError::StoreUnavailable { .. }
+        ));
+        let unknown = RedisError::from((
+            ErrorKind::Server(ServerErrorKind::ResponseError),
+            "An error was signalled by the server",
+            "flowguard: something".to_string(),
+        ));
+        assert!(matches!(
+            classify(&unknown, key),
+            GcraError::StoreUnavailable { .. }
+        ));
     }
 }
