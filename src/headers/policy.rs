@@ -153,3 +153,72 @@ impl QuotaPolicy {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn draft_examples() {
+        let policies =
+            QuotaPolicy::parse_list(br#""permin";q=50;w=60,"perhr";q=1000;w=3600"#).unwrap();
+        assert_eq!(policies.len(), 2);
+        assert_eq!(policies[1].name().as_str(), "perhr");
+        assert_eq!(policies[1].quota(), 1000);
+        assert_eq!(policies[1].window(), Some(Duration::from_secs(3600)));
+        let unit = QuotaPolicy::parse_list(
+            br#""peruser";q=65535;qu="content-bytes";w=10;pk=:sdfjLJUOUH==:"#,
+        )
+        .unwrap();
+        assert_eq!(unit[0].quota(), 65535);
+        assert!(unit[0].partition_key().is_some());
+        let bare = QuotaPolicy::parse_list(br#""default";q=100"#).unwrap();
+        assert_eq!(bare[0].window(), None);
+    }
+
+    #[test]
+    fn rejects_bad_values() {
+        let field = FIELD;
+        for (bad, error) in [
+            (&b""[..], FieldError::Empty { field }),
+            (
+                b"\"default\";w=60",
+                FieldError::MissingParameter {
+                    field,
+                    parameter: "q",
+                },
+            ),
+            (b"\"default\";q=10;w=0", FieldError::ZeroWindow),
+            (b"\"default\";q=-10", FieldError::Negative { field }),
+            (
+                b"\"default\";q=10;w=?1",
+                FieldError::WrongType {
+                    field,
+                    parameter: "w",
+                    expected: "a non-negative Integer",
+                },
+            ),
+            (b":AQI=:;q=1", FieldError::NotAPolicyName { field }),
+            (
+                b"\"a\";q=1, (\"b\");q=1",
+                FieldError::Syntax { field, at: 9 },
+            ),
+        ] {
+            assert_eq!(
+                QuotaPolicy::parse_list(bad),
+                Err(error),
+                "{}",
+                String::from_utf8_lossy(bad)
+            );
+        }
+        let name = PolicyName::default();
+        assert_eq!(
+            QuotaPolicy::new(name.clone(), 1).with_window(Duration::ZERO),
+            Err(FieldError::ZeroWindow)
+        );
+        assert_eq!(
+            QuotaPolicy::new(name, 1).with_window(Duration::from_secs(MAX_INTEGER + 1)),
+            Err(FieldError::OutOfRange { parameter: "w" })
+        );
+    }
+}

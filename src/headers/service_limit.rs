@@ -152,3 +152,97 @@ impl ServiceLimit {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The longest wait the field asks for, as a client reads it.
+    fn wait(value: &[u8]) -> Result<Option<Duration>, FieldError> {
+        ServiceLimit::parse_list(value)
+            .map(|limits| limits.iter().filter_map(ServiceLimit::wait).max())
+    }
+
+    fn secs(n: u64) -> Result<Option<Duration>, FieldError> {
+        Ok(Some(Duration::from_secs(n)))
+    }
+
+    #[test]
+    fn draft_examples() {
+        assert_eq!(wait(br#""default";r=0;t=30"#), secs(30));
+        assert_eq!(
+            wait(br#"default;r=0;t=5"#),
+            secs(5),
+            "a Token name, as older servers send"
+        );
+        assert_eq!(wait(br#""a,b";r=0;t=7;pk=:cHsdsRA=:"#), secs(7));
+        assert_eq!(wait(br#""hour";r=0;t=60 , "day";r=0;t=3600"#), secs(3600));
+        assert_eq!(wait(br#""default";r=0"#), Ok(None));
+        assert_eq!(wait(br#""default";r=1;t=9"#), Ok(None));
+        let limits = ServiceLimit::parse_list(br#""default";r=300000000;t=60;pk=:QXBwLTk5OQ==:"#);
+        let limit = &limits.unwrap()[0];
+        assert_eq!(limit.remaining(), 300_000_000);
+        assert_eq!(limit.partition_key(), Some(&b"App-999"[..]));
+    }
+
+    #[test]
+    fn rejects_bad_values() {
+        let field = FIELD;
+        for (bad, error) in [
+            (&b""[..], FieldError::Empty { field }),
+            (b"   ", FieldError::Empty { field }),
+            (b"\"default\";r=0;t=", FieldError::Syntax { field, at: 16 }),
+            (
+                b"\"default\";r=0;t=30,",
+                FieldError::Syntax { field, at: 19 },
+            ),
+            (b"\"default\" r=0", FieldError::Syntax { field, at: 10 }),
+            (
+                b"\"unterminated;r=0;t=1",
+                FieldError::Syntax { field, at: 21 },
+            ),
+            (b"\"default\";R=0;t=1", FieldError::Syntax { field, at: 10 }),
+            (
+                b"\"default\";r=0;t=\"30\"",
+                FieldError::WrongType {
+                    field,
+                    parameter: "t",
+                    expected: "a non-negative Integer",
+                },
+            ),
+            (
+                b"\"default\";r=0;t=1.5",
+                FieldError::WrongType {
+                    field,
+                    parameter: "t",
+                    expected: "a non-negative Integer",
+                },
+            ),
+            (
+                b"\"default\";t=1",
+                FieldError::MissingParameter {
+                    field,
+                    parameter: "r",
+                },
+            ),
+            (
+                b"\"default\";r=0;pk=abc",
+                FieldError::WrongType {
+                    field,
+                    parameter: "pk",
+                    expected: "a Byte Sequence",
+                },
+            ),
+            (b"5;r=0", FieldError::NotAPolicyName { field }),
+            (b"\"default\";r=0;t=-1", FieldError::Negative { field }),
+            (b"\"default\";r=-1", FieldError::Negative { field }),
+        ] {
+            assert_eq!(
+                ServiceLimit::parse_list(bad),
+                Err(error),
+                "{}",
+                String::from_utf8_lossy(bad)
+            );
+        }
+    }
+}
