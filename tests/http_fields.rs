@@ -505,7 +505,7 @@ mod layer {
         for policy in [FailurePolicy::FailOpen, FailurePolicy::FailClosed] {
             let mut server = support::RedisServer::start();
             let store = RedisStore::standalone(server.url())
-                .failure_policy(policy.clone())
+                .failure_policy(policy)
                 .connect()
                 .await
                 .unwrap();

@@ -171,7 +171,7 @@ fn base64_value(c: u8) -> Option<u32> {
 fn decode_base64(text: &[u8]) -> Option<Vec<u8>> {
     let data = text.strip_suffix(b"==").or_else(|| text.strip_suffix(b"="));
     let data = data.unwrap_or(text);
-    if data.len() % 4 == 1 || (data.len() != text.len() && text.len() % 4 != 0) {
+    if data.len() % 4 == 1 || (data.len() != text.len() && !text.len().is_multiple_of(4)) {
         return None;
     }
     let mut out = Vec::with_capacity(data.len() * 3 / 4);
