@@ -72,7 +72,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             let key = [b'c', client];
             let decision = guard.admit(&key).await?;
             if !decision.allowed {
-                limited += 1; // would be HTTP 429 with decision.write_headers()
+                limited += 1; // would be HTTP 429 with decision.write_headers(..)
                 continue;
             }
             admitted += 1;

@@ -56,12 +56,12 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         let response = client.get(&url).header("x-api-key", "demo").send().await?;
         let headers = response.headers().clone();
         println!(
-            "request {i}: {} after {:>4} ms, {} attempt(s), ratelimit-remaining {}",
+            "request {i}: {} after {:>4} ms, {} attempt(s), ratelimit: {}",
             response.status(),
             start.elapsed().as_millis(),
             arrivals.load(Ordering::Relaxed) - before,
             headers
-                .get("ratelimit-remaining")
+                .get("ratelimit")
                 .and_then(|v| v.to_str().ok())
                 .unwrap_or("-"),
         );

@@ -10,6 +10,7 @@
 use std::time::Duration;
 
 use flowguard::gcra::{KeyedRateLimiter, ManualClock, Quota};
+use flowguard::headers::{HeaderStyle, PolicyName};
 use http::HeaderMap;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -61,8 +62,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("(allowed/sent; over 10 s each client may get at most 10 + 5 * 10 = 60)");
 
     if let Some((name, decision)) = last_denial {
+        let policy = quota.rate_limit_policy(PolicyName::default());
         let mut headers = HeaderMap::new();
-        decision.write_headers(&mut headers);
+        decision.write_headers(&policy, HeaderStyle::Ietf, &mut headers);
         println!("\nthe last denied request ({name}) would get HTTP 429 with:");
         for (k, v) in &headers {
             println!("  {k}: {}", v.to_str()?);

@@ -215,7 +215,7 @@ impl<'a, T, E> AttemptHook<T, E> for PermitPerAttempt<'a> {
         match end {
             AttemptEnd::Cancelled
             | AttemptEnd::Finished {
-                class: Classification::Retryable { .. },
+                class: Classification::Retryable { .. } | Classification::RetryAfterTooLarge,
                 ..
             } => permit.dropped(),
             AttemptEnd::Finished {

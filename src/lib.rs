@@ -8,6 +8,7 @@ pub mod backoff;
 pub mod clock;
 pub mod gcra;
 mod guard;
+pub mod headers;
 pub mod vegas;
 
 pub use guard::{DEFAULT_ACQUIRE_TIMEOUT, Guard, GuardBuilder, GuardError};

@@ -1,8 +1,11 @@
-//! Property tests of the header parsers: never panic, and valid values round-trip.
+//! Property tests of the rate-limit field parsers: never panic, and valid values round-trip
+//! (what the writers write, the parsers read back).
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use flowguard::backoff::{HeaderError, MAX_RETRY_AFTER, RetryAfter, parse_rate_limit_reset};
+use flowguard::headers::{
+    FieldError, MAX_RETRY_AFTER, PolicyName, QuotaPolicy, RetryAfter, ServiceLimit, requested_wait,
+};
 use http::{HeaderMap, HeaderValue};
 use proptest::prelude::*;
 
@@ -68,12 +71,14 @@ proptest! {
 
     #[test]
     fn rate_limit_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..64)) {
-        let _ = parse_rate_limit_reset(&bytes);
+        let _ = ServiceLimit::parse_list(&bytes);
+        let _ = QuotaPolicy::parse_list(&bytes);
     }
 
     #[test]
-    fn rate_limit_never_panics_on_near_valid(s in "(\"[a-z,;=]{0,6}\"|[a-z*]{1,5}|-?[0-9]{1,17}|\\?[01]|:[a-zA-Z0-9+/=]{0,8}:)(;[a-z]{1,2}(=(-?[0-9]{1,17}|\"x\"|[a-z]{1,3}|[0-9]\\.[0-9]{1,4}))?){0,3}(, ?[a-z]{1,3};r=[0-9];t=[0-9]{1,3}){0,2}") {
-        let _ = parse_rate_limit_reset(s.as_bytes());
+    fn rate_limit_never_panics_on_near_valid(s in "(\"[a-z,;=]{0,6}\"|[a-z*]{1,5}|-?[0-9]{1,17}|\\?[01]|:[a-zA-Z0-9+/=]{0,8}:|@-?[0-9]{1,3}|%\"[a-z%0-9]{0,6}\")(;[a-z]{1,2}(=(-?[0-9]{1,17}|\"x\"|[a-z]{1,3}|[0-9]\\.[0-9]{1,4}|:[a-zA-Z0-9+/=]{0,8}:))?){0,3}(, ?[a-z]{1,3};[qrt]=[0-9];[tw]=[0-9]{1,3}){0,2}") {
+        let _ = ServiceLimit::parse_list(s.as_bytes());
+        let _ = QuotaPolicy::parse_list(s.as_bytes());
     }
 
     #[test]
@@ -81,7 +86,9 @@ proptest! {
         let mut h = HeaderMap::new();
         if let Ok(v) = HeaderValue::from_bytes(&a) { h.append("retry-after", v); }
         if let Ok(v) = HeaderValue::from_bytes(&b) { h.append("ratelimit", v); }
-        if let Ok(Some(wait)) = RetryAfter::from_headers(&h, at(1_000_000_000)) {
+        if let Ok(v) = HeaderValue::from_bytes(&a) { h.append("x-ratelimit-reset", v); }
+        let legacy = Some(flowguard::headers::LegacyReset::UnixSeconds);
+        if let Ok(Some(wait)) = requested_wait(&h, at(1_000_000_000), legacy) {
             prop_assert!(wait.delay() <= MAX_RETRY_AFTER);
         }
     }
@@ -93,10 +100,13 @@ proptest! {
         if secs <= MAX_RETRY_AFTER.as_secs() {
             prop_assert_eq!(parsed, Ok(Duration::from_secs(secs)));
         } else {
-            prop_assert_eq!(parsed, Err(HeaderError::TooLarge { max: MAX_RETRY_AFTER }));
+            prop_assert_eq!(parsed, Err(FieldError::TooLarge { max: MAX_RETRY_AFTER }));
         }
         let negative = format!("-{secs}");
-        prop_assert_eq!(RetryAfter::parse(negative.as_bytes(), at(0)), Err(HeaderError::Negative));
+        prop_assert_eq!(
+            RetryAfter::parse(negative.as_bytes(), at(0)),
+            Err(FieldError::Negative { field: "retry-after" })
+        );
     }
 
     #[test]
@@ -108,7 +118,7 @@ proptest! {
         } else if date - now <= MAX_RETRY_AFTER.as_secs() {
             Ok(Duration::from_secs(date - now))
         } else {
-            Err(HeaderError::TooLarge { max: MAX_RETRY_AFTER })
+            Err(FieldError::TooLarge { max: MAX_RETRY_AFTER })
         };
         let mut forms = vec![imf.clone(), asctime(&imf)];
         let year: u64 = imf[12..16].parse().unwrap();
@@ -123,9 +133,40 @@ proptest! {
 
     #[test]
     fn rate_limit_round_trip(name in "[a-z][a-z0-9_-]{0,8}", quoted in any::<bool>(), r in 0u64..5, t in 0u64..1_000_000) {
-        let item = if quoted { format!("\"{name}\"") } else { name };
+        let item = if quoted { format!("\"{name}\"") } else { name.clone() };
         let value = format!("{item};r={r};t={t}, \"other\";r=9;t=1");
-        let expected = (r == 0).then(|| Duration::from_secs(t));
-        prop_assert_eq!(parse_rate_limit_reset(value.as_bytes()), Ok(expected));
+        let limits = ServiceLimit::parse_list(value.as_bytes()).unwrap();
+        prop_assert_eq!(limits[0].policy().as_str(), name.as_str());
+        prop_assert_eq!((limits[0].remaining(), limits[0].reset()), (r, Some(Duration::from_secs(t))));
+        let expected = match (r, t) {
+            (0, t) if t > MAX_RETRY_AFTER.as_secs() => Err(FieldError::TooLarge { max: MAX_RETRY_AFTER }),
+            (0, t) => Ok(Some(Duration::from_secs(t))),
+            _ => Ok(None),
+        };
+        let mut h = HeaderMap::new();
+        h.insert("ratelimit", HeaderValue::from_str(&value).unwrap());
+        prop_assert_eq!(requested_wait(&h, at(0), None).map(|w| w.map(RetryAfter::delay)), expected);
+    }
+
+    #[test]
+    fn written_fields_parse_back(
+        name in "[ -~]{0,12}",
+        q in any::<u32>(),
+        w_ms in 1u64..10_000_000_000,
+        r in any::<u32>(),
+        t_ms in 0u64..10_000_000_000,
+        pk in proptest::option::of(proptest::collection::vec(any::<u8>(), 0..20)),
+    ) {
+        let name = PolicyName::new(name).unwrap();
+        let mut policy = QuotaPolicy::new(name.clone(), q).with_window(Duration::from_millis(w_ms)).unwrap();
+        let mut limit = ServiceLimit::new(name, r).with_reset(Duration::from_millis(t_ms)).unwrap();
+        if let Some(pk) = pk {
+            policy = policy.with_partition_key(pk.clone());
+            limit = limit.with_partition_key(pk);
+        }
+        prop_assert_eq!(QuotaPolicy::parse_list(policy.to_field_value().as_bytes()), Ok(vec![policy.clone()]));
+        prop_assert_eq!(ServiceLimit::parse_list(limit.to_field_value().as_bytes()), Ok(vec![limit.clone()]));
+        prop_assert_eq!(policy.window(), Some(Duration::from_secs(w_ms.div_ceil(1000))));
+        prop_assert_eq!(limit.reset(), Some(Duration::from_secs(t_ms.div_ceil(1000))));
     }
 }

@@ -13,7 +13,8 @@ use std::time::Duration;
 
 use flowguard::gcra::layer::{KeyExtractor, RateLimitLayer};
 use flowguard::gcra::{KeyedRateLimiter, ManualClock, Quota, RateLimitStore};
-use http::{Request, Response, StatusCode};
+use flowguard::headers::{QuotaPolicy, ServiceLimit};
+use http::{HeaderMap, Request, Response, StatusCode};
 use tower::{Service, ServiceBuilder, ServiceExt};
 
 fn by_api_key(req: &Request<()>) -> Option<Vec<u8>> {
@@ -28,6 +29,20 @@ fn request(key: Option<&str>) -> Request<()> {
         b = b.header("x-api-key", k);
     }
     b.body(()).unwrap()
+}
+
+/// The one `RateLimit` member of a response: (remaining `r`, `t` in seconds).
+fn limit(headers: &HeaderMap) -> (u64, u64) {
+    let limits = ServiceLimit::from_headers(headers).unwrap();
+    assert_eq!(limits.len(), 1, "{headers:?}");
+    (limits[0].remaining(), limits[0].reset().unwrap().as_secs())
+}
+
+/// The quota `q` of the one `RateLimit-Policy` member of a response.
+fn policy_quota(headers: &HeaderMap) -> u64 {
+    let policies = QuotaPolicy::from_headers(headers).unwrap();
+    assert_eq!(policies.len(), 1, "{headers:?}");
+    policies[0].quota()
 }
 
 /// A service behind the rate limit of `store`, keyed by `key`, counting the calls that reach it.
@@ -57,11 +72,15 @@ async fn over_quota_requests_get_429_and_never_reach_the_service() {
     let calls = Arc::new(AtomicUsize::new(0));
     let svc = service(store, by_api_key, calls.clone());
 
-    for remaining in ["2", "1", "0"] {
+    for remaining in [2, 1, 0] {
         let resp = svc.clone().oneshot(request(Some("alice"))).await.unwrap();
         assert_eq!(resp.status(), StatusCode::OK);
-        assert_eq!(resp.headers()["ratelimit-limit"], "3");
-        assert_eq!(resp.headers()["ratelimit-remaining"], remaining);
+        assert_eq!(
+            resp.headers()["ratelimit-policy"],
+            r#""default";q=3;w=2"#,
+            "burst 3 at 0.5 s each: 1.5 s rounds up to 2 s"
+        );
+        assert_eq!(limit(resp.headers()).0, remaining);
         assert!(resp.headers().get("retry-after").is_none());
     }
     let denied = svc.clone().oneshot(request(Some("alice"))).await.unwrap();
@@ -71,12 +90,7 @@ async fn over_quota_requests_get_429_and_never_reach_the_service() {
         "1",
         "500 ms rounds up to 1 s"
     );
-    assert_eq!(denied.headers()["ratelimit-remaining"], "0");
-    assert_eq!(
-        denied.headers()["ratelimit-reset"],
-        "2",
-        "1.5 s rounds up to 2 s"
-    );
+    assert_eq!(limit(denied.headers()), (0, 2), "1.5 s rounds up to 2 s");
     assert_eq!(calls.load(Ordering::SeqCst), 3);
 
     // Another key has its own quota; requests without a key are not limited.
@@ -91,7 +105,8 @@ async fn over_quota_requests_get_429_and_never_reach_the_service() {
     for _ in 0..10 {
         let resp = svc.clone().oneshot(request(None)).await.unwrap();
         assert_eq!(resp.status(), StatusCode::OK);
-        assert!(resp.headers().get("ratelimit-limit").is_none());
+        assert!(resp.headers().get("ratelimit-policy").is_none());
+        assert!(resp.headers().get("ratelimit").is_none());
     }
 
     // Waiting exactly Retry-After is enough.
@@ -175,16 +190,17 @@ async fn a_cost_above_the_burst_is_a_final_413_without_retry_after() {
         "no wait makes a cost of 4 fit a burst of 3: nothing to retry after"
     );
     assert_eq!(
-        too_big.headers()["ratelimit-limit"],
-        "3",
+        policy_quota(too_big.headers()),
+        3,
         "the largest cost that can pass"
     );
+    assert!(too_big.headers().get("ratelimit").is_none());
     assert_eq!(calls.load(Ordering::SeqCst), 0);
 
     // The key's quota is untouched: the whole burst still fits.
     let fits = svc.clone().oneshot(costly("alice", 3)).await.unwrap();
     assert_eq!(fits.status(), StatusCode::OK);
-    assert_eq!(fits.headers()["ratelimit-remaining"], "0");
+    assert_eq!(limit(fits.headers()).0, 0);
     assert_eq!(calls.load(Ordering::SeqCst), 1);
 }
 

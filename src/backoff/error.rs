@@ -1,5 +1,5 @@
-//! Typed errors of the backoff module: configuration mistakes, unusable
-//! `Retry-After` / `RateLimit` header values, and the reasons a retry loop gives up.
+//! Typed errors of the backoff module: configuration mistakes and the reasons a retry loop
+//! gives up.
 
 use std::fmt;
 use std::time::Duration;
@@ -63,40 +63,6 @@ impl fmt::Display for ConfigError {
 
 impl std::error::Error for ConfigError {}
 
-/// Why a `Retry-After` or `RateLimit` header value was not accepted.
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum HeaderError {
-    /// The value is neither delay-seconds nor an HTTP-date (or not a valid structured field).
-    Malformed,
-    /// The value is a negative number of seconds; RFC 9110 allows only non-negative integers.
-    Negative,
-    /// The value asks for a wait longer than the documented bound
-    /// ([`MAX_RETRY_AFTER`](crate::backoff::MAX_RETRY_AFTER)). The server does not want us back
-    /// soon: a retry policy treats this as "do not retry", never as a shorter wait.
-    TooLarge {
-        /// The largest wait accepted.
-        max: Duration,
-    },
-}
-
-impl fmt::Display for HeaderError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Self::Malformed => write!(
-                f,
-                "header value is neither delay-seconds nor an HTTP-date (RFC 9110) / valid RateLimit field"
-            ),
-            Self::Negative => write!(f, "header value is a negative number of seconds"),
-            Self::TooLarge { max } => {
-                write!(f, "header asks to wait longer than the bound {max:?}")
-            }
-        }
-    }
-}
-
-impl std::error::Error for HeaderError {}
-
 /// Why a retry policy stopped retrying.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
@@ -116,7 +82,7 @@ pub enum GiveUp {
         /// Time left before the deadline.
         remaining: Duration,
     },
-    /// The server asked for a wait beyond [`MAX_RETRY_AFTER`](crate::backoff::MAX_RETRY_AFTER).
+    /// The server asked for a wait beyond [`MAX_RETRY_AFTER`](crate::headers::MAX_RETRY_AFTER).
     RetryAfterTooLarge,
 }
 

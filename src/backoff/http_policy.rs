@@ -2,15 +2,14 @@
 //! which methods, statuses and transport errors are retried, and how long the server asked
 //! us to wait.
 
-use std::time::{Duration, SystemTime};
+use std::time::SystemTime;
 
 use http::{HeaderMap, Method, StatusCode, header::RETRY_AFTER};
 
 use super::classify::{ErrorClassifier, TransientErrors};
-use super::error::HeaderError;
 use super::policy::RetryPolicy;
 use super::retry::Classification;
-use super::retry_after::RetryAfter;
+use crate::headers::{FieldError, LegacyReset, RetryAfter, requested_wait};
 
 /// The header by which a client marks a non-idempotent request as safe to repeat.
 pub const IDEMPOTENCY_KEY: &str = "idempotency-key";
@@ -18,7 +17,9 @@ pub const IDEMPOTENCY_KEY: &str = "idempotency-key";
 /// HTTP retry rules on top of a [`RetryPolicy`].
 ///
 /// By default: retries `429 Too Many Requests` and `503 Service Unavailable`, honouring
-/// `Retry-After` / `RateLimit`, and transport errors accepted by the error classifier
+/// `Retry-After` and the IETF `RateLimit` field (and `X-RateLimit-Reset` when
+/// [`legacy_reset`](Self::legacy_reset) says how to read it; see
+/// [`requested_wait`](crate::headers::requested_wait)), and transport errors accepted by the error classifier
 /// (default [`TransientErrors`]: connection failures and timeouts); only idempotent methods
 /// (RFC 9110 §9.2.2: GET, HEAD, OPTIONS, TRACE, PUT, DELETE) or requests carrying an
 /// `Idempotency-Key` header, unless [`retry_non_idempotent`](Self::retry_non_idempotent).
@@ -55,6 +56,7 @@ pub struct HttpRetryPolicy<C = TransientErrors> {
     classifier: C,
     retry_non_idempotent: bool,
     statuses: Vec<StatusCode>,
+    legacy_reset: Option<LegacyReset>,
 }
 
 impl HttpRetryPolicy<TransientErrors> {
@@ -68,6 +70,7 @@ impl HttpRetryPolicy<TransientErrors> {
                 StatusCode::TOO_MANY_REQUESTS,
                 StatusCode::SERVICE_UNAVAILABLE,
             ],
+            legacy_reset: None,
         }
     }
 }
@@ -80,6 +83,7 @@ impl<C> HttpRetryPolicy<C> {
             classifier,
             retry_non_idempotent: self.retry_non_idempotent,
             statuses: self.statuses,
+            legacy_reset: self.legacy_reset,
         }
     }
 
@@ -93,6 +97,14 @@ impl<C> HttpRetryPolicy<C> {
     /// (`413` without `Retry-After`) is not retried even when listed.
     pub fn retry_statuses(mut self, statuses: impl IntoIterator<Item = StatusCode>) -> Self {
         self.statuses = statuses.into_iter().collect();
+        self
+    }
+
+    /// Also reads the legacy `X-RateLimit-Reset` field, in the way `reset` says, when neither
+    /// `Retry-After` nor `RateLimit` asks for a wait (off by default: servers write it in two
+    /// incompatible ways).
+    pub fn legacy_reset(mut self, reset: LegacyReset) -> Self {
+        self.legacy_reset = Some(reset);
         self
     }
 
@@ -118,11 +130,11 @@ impl<C> HttpRetryPolicy<C> {
 
     /// Classifies a response received at wall-clock time `now`.
     ///
-    /// A retried status carries the wait of [`RetryAfter::from_headers`]. A malformed header
-    /// is ignored (logged at debug); a wait beyond
-    /// [`MAX_RETRY_AFTER`](super::MAX_RETRY_AFTER) is passed on as `Duration::MAX`, so the
-    /// policy gives up with [`GiveUp::RetryAfterTooLarge`](super::GiveUp::RetryAfterTooLarge)
-    /// instead of coming back early.
+    /// A retried status carries the wait of [`requested_wait`]. A malformed field is ignored
+    /// (logged at debug); a wait beyond [`MAX_RETRY_AFTER`](crate::headers::MAX_RETRY_AFTER)
+    /// is [`Classification::RetryAfterTooLarge`], so the policy gives up with
+    /// [`GiveUp::RetryAfterTooLarge`](super::GiveUp::RetryAfterTooLarge) instead of coming
+    /// back early.
     pub fn classify_response(
         &self,
         status: StatusCode,
@@ -132,11 +144,11 @@ impl<C> HttpRetryPolicy<C> {
         if !self.statuses.contains(&status) || is_final(status, headers) {
             return Classification::NotRetryable;
         }
-        let retry_after = match RetryAfter::from_headers(headers, now) {
+        let retry_after = match requested_wait(headers, now, self.legacy_reset) {
             Ok(wait) => wait.map(RetryAfter::delay),
-            Err(HeaderError::TooLarge { .. }) => Some(Duration::MAX),
+            Err(FieldError::TooLarge { .. }) => return Classification::RetryAfterTooLarge,
             Err(error) => {
-                tracing::debug!(%status, %error, "ignoring unusable Retry-After/RateLimit header");
+                tracing::debug!(%status, %error, "ignoring an unusable rate-limit field");
                 None
             }
         };
@@ -203,9 +215,7 @@ mod tests {
         h.insert("retry-after", "999999".parse().unwrap());
         assert_eq!(
             r.classify_response(StatusCode::BAD_GATEWAY, &h, now),
-            Classification::Retryable {
-                retry_after: Some(Duration::MAX)
-            }
+            Classification::RetryAfterTooLarge
         );
     }
 }

@@ -11,8 +11,8 @@ use rand::{RngCore, SeedableRng};
 use super::budget::RetryBudget;
 use super::error::{ConfigError, GiveUp};
 use super::jitter::BackoffBounds;
-use super::retry_after::MAX_RETRY_AFTER;
 use super::strategy::{Backoff, BackoffStrategy};
+use crate::headers::MAX_RETRY_AFTER;
 
 /// How calls are retried. Cheap to clone; clones share the budget and the seed sequence.
 ///

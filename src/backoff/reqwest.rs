@@ -18,7 +18,7 @@
 //! policy gives up, the last response (e.g. the final 429) or error is returned unchanged. The
 //! attempts are driven by the crate's one retry engine ([`RetryPolicy::run`](super::RetryPolicy::run)),
 //! so an attempt still running at the policy's deadline is cancelled and the call fails with
-//! that [`RetryError`](super::RetryError) as a middleware error.
+//! that [`RetryError`] as a middleware error.
 
 use std::sync::Arc;
 use std::time::SystemTime;

@@ -13,12 +13,17 @@ use super::policy::{RetryPolicy, RetryState};
 
 /// What a classifier decides about one attempt's outcome.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Classification {
     /// Worth another attempt, not before `retry_after` (the server's requested wait) if given.
     Retryable {
         /// The wait the server asked for; the policy never waits less.
         retry_after: Option<Duration>,
     },
+    /// Worth another attempt in principle, but the server asked for a wait beyond
+    /// [`MAX_RETRY_AFTER`](crate::headers::MAX_RETRY_AFTER): the policy gives up at once with
+    /// [`GiveUp::RetryAfterTooLarge`] (keeping this outcome) rather than come back early.
+    RetryAfterTooLarge,
     /// Final: success, or an error that a retry cannot fix.
     NotRetryable,
 }
@@ -205,6 +210,17 @@ impl RetryPolicy {
             let retry_after = match class {
                 Classification::NotRetryable => {
                     return outcome.map_err(|error| RetryError::NotRetryable { attempts, error });
+                }
+                Classification::RetryAfterTooLarge => {
+                    tracing::debug!(
+                        attempt = attempts,
+                        "not retrying: the server asked to wait beyond the Retry-After bound"
+                    );
+                    return Err(RetryError::GaveUp {
+                        reason: GiveUp::RetryAfterTooLarge,
+                        attempts,
+                        last: outcome,
+                    });
                 }
                 Classification::Retryable { retry_after } => retry_after,
             };

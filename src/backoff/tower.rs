@@ -117,8 +117,13 @@ where
                 .classify_response(res.status(), res.headers(), SystemTime::now()),
             Err(e) => self.rules.classify_error(e),
         };
-        let Classification::Retryable { retry_after } = classification else {
-            return None;
+        let retry_after = match classification {
+            Classification::Retryable { retry_after } => retry_after,
+            Classification::RetryAfterTooLarge => {
+                tracing::debug!(method = %req.method(), uri = %req.uri(), "not retrying: the server asked to wait beyond the Retry-After bound");
+                return None;
+            }
+            _ => return None,
         };
         let now = Instant::now().into_std();
         let (rules, created) = (&self.rules, self.created);

@@ -2,6 +2,8 @@
 
 use std::time::Duration;
 
+use crate::headers::ceil_secs;
+
 /// The outcome of checking `cost` tokens against a key's quota.
 ///
 /// ```
@@ -95,9 +97,4 @@ impl Decision {
     pub fn reset_after_secs(&self) -> u64 {
         ceil_secs(self.reset_after)
     }
-}
-
-/// Whole seconds, rounded up.
-pub(crate) fn ceil_secs(d: Duration) -> u64 {
-    d.as_secs() + u64::from(d.subsec_nanos() > 0)
 }

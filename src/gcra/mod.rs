@@ -51,7 +51,6 @@ pub use crate::clock::{Clock, ManualClock, MonotonicClock};
 pub use algorithm::{Gcra, Step, Ticks};
 pub use decision::{Decision, Degradation};
 pub use error::{ConfigError, GcraError};
-pub use headers::{RATELIMIT_LIMIT, RATELIMIT_REMAINING, RATELIMIT_RESET};
 pub use keyed::{
     DEFAULT_MAX_KEYS, KeyedRateLimiter, KeyedRateLimiterBuilder, MAX_HEAP_BYTES_PER_KEY,
     MAX_HEAP_FIXED_BYTES, Overflow,

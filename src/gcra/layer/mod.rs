@@ -1,5 +1,6 @@
 //! Tower middleware for inbound HTTP: requests over their key's quota get `429 Too Many Requests`
-//! with `Retry-After` and `RateLimit-*` headers; allowed responses carry the `RateLimit-*` headers too.
+//! with `Retry-After` and the rate-limit fields of [`crate::headers`] (by default the IETF
+//! `RateLimit-Policy` and `RateLimit`); allowed responses carry the rate-limit fields too.
 //!
 //! ```
 //! use flowguard::gcra::layer::RateLimitLayer;
@@ -20,7 +21,8 @@
 //! let req = || Request::builder().header("x-api-key", "k1").body(String::new()).unwrap();
 //! let first = svc.clone().oneshot(req()).await?;
 //! assert_eq!(first.status(), StatusCode::OK);
-//! assert_eq!(first.headers()["ratelimit-remaining"], "0");
+//! assert_eq!(first.headers()["ratelimit-policy"], r#""default";q=1;w=60"#);
+//! assert_eq!(first.headers()["ratelimit"], r#""default";r=0;t=60"#);
 //! let second = svc.clone().oneshot(req()).await?;
 //! assert_eq!(second.status(), StatusCode::TOO_MANY_REQUESTS);
 //! assert_eq!(second.headers()["retry-after"], "60");

@@ -3,23 +3,34 @@
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use http::{HeaderValue, Request, Response, StatusCode, header::RETRY_AFTER};
+use std::time::Duration;
+
+use http::{Request, Response, StatusCode};
 use tower::Service;
 
 use super::key::KeyExtractor;
-use crate::gcra::{BoxFuture, GcraError, RATELIMIT_LIMIT, RateLimitStore};
+use crate::gcra::{BoxFuture, GcraError, RateLimitStore};
+use crate::headers::{HeaderStyle, QuotaPolicy, write_retry_after};
 
 /// The middleware service built by [`RateLimitLayer`](super::RateLimitLayer).
 ///
-/// * allowed: the inner service answers; `RateLimit-*` headers are added to its response.
-/// * denied: `429 Too Many Requests` with `Retry-After` and `RateLimit-*`; the inner service is not called.
+/// * allowed: the inner service answers; the rate-limit fields are added to its response.
+/// * denied: `429 Too Many Requests` with `Retry-After` and the rate-limit fields; the inner
+///   service is not called.
+///
+/// The rate-limit fields are those of the layer's [`HeaderStyle`] (by default the IETF
+/// `RateLimit-Policy: "default";q=B;w=W` and `RateLimit: "default";r=R;t=T`; see
+/// [`Decision::write_headers`](crate::gcra::Decision::write_headers)). They are added to what
+/// the response already has, so stacked layers keep each other's. A degraded decision (the
+/// store answered by its failure policy) lists the policy without a `RateLimit` member: it
+/// does not know the numbers.
 ///
 /// When the store returns an error instead of a decision, the answer says what is true of the
 /// request, so that clients retry only what can succeed (the inner service is not called):
 ///
 /// | store error | answer | why |
 /// |---|---|---|
-/// | [`InsufficientCapacity`](GcraError::InsufficientCapacity): cost above the burst | `413 Content Too Large`, **no** `Retry-After`, `RateLimit-Limit: <burst>` | the request can never pass, however long the client waits. RFC 9110 §15.5.14: the request is larger than the server is willing to process, and without `Retry-After` the condition is not temporary. `429` would say "too many requests in a given amount of time" (RFC 6585) and invite a retry that cannot succeed; generic clients, flowguard's included, do not retry a `413` without `Retry-After` |
+/// | [`InsufficientCapacity`](GcraError::InsufficientCapacity): cost above the burst | `413 Content Too Large`, **no** `Retry-After`, the policy (`RateLimit-Policy`, whose `q` is the burst, or `X-RateLimit-Limit: <burst>`) | the request can never pass, however long the client waits. RFC 9110 §15.5.14: the request is larger than the server is willing to process, and without `Retry-After` the condition is not temporary. `429` would say "too many requests in a given amount of time" (RFC 6585) and invite a retry that cannot succeed; generic clients, flowguard's included, do not retry a `413` without `Retry-After` |
 /// | [`KeyLimitReached`](GcraError::KeyLimitReached): a full in-memory store rejecting new keys | `503 Service Unavailable`, `Retry-After: 1` | a temporary condition of the server: a new key fits as soon as any tracked key expires, which the server cannot predict |
 /// | [`StoreUnavailable`](GcraError::StoreUnavailable) (a store without a failure policy) | `503 Service Unavailable`, `Retry-After: 1` | temporary. Redis limiters answer unavailability by their [`FailurePolicy`](crate::gcra::redis::FailurePolicy) instead, as a decision (allowed, denied with `429`, or decided locally) |
 /// | anything else (a Redis key of another type, corrupt state, a refused command) | `500 Internal Server Error`, no `Retry-After` | a fault of the server's configuration that waiting does not fix |
@@ -30,11 +41,25 @@ pub struct RateLimitService<S, St: ?Sized, K> {
     inner: S,
     store: Arc<St>,
     key: K,
+    policy: Arc<QuotaPolicy>,
+    style: HeaderStyle,
 }
 
 impl<S, St: ?Sized, K> RateLimitService<S, St, K> {
-    pub(super) fn new(inner: S, store: Arc<St>, key: K) -> Self {
-        RateLimitService { inner, store, key }
+    pub(super) fn new(
+        inner: S,
+        store: Arc<St>,
+        key: K,
+        policy: Arc<QuotaPolicy>,
+        style: HeaderStyle,
+    ) -> Self {
+        RateLimitService {
+            inner,
+            store,
+            key,
+            policy,
+            style,
+        }
     }
 }
 
@@ -64,19 +89,20 @@ where
         };
         let cost = self.key.cost(&req);
         let store = self.store.clone();
+        let (policy, style) = (self.policy.clone(), self.style);
         Box::pin(async move {
             match store.check(&key, cost).await {
                 Ok(decision) if decision.allowed => {
                     let mut response = inner.call(req).await?;
-                    decision.write_headers(response.headers_mut());
+                    decision.write_headers(&policy, style, response.headers_mut());
                     Ok(response)
                 }
                 Ok(decision) => {
                     let mut response = status(StatusCode::TOO_MANY_REQUESTS);
-                    decision.write_headers(response.headers_mut());
+                    decision.write_headers(&policy, style, response.headers_mut());
                     Ok(response)
                 }
-                Err(error) => Ok(refusal(&error)),
+                Err(error) => Ok(refusal(&error, &policy, style)),
             }
         })
     }
@@ -89,14 +115,13 @@ fn status<R: Default>(code: StatusCode) -> Response<R> {
 }
 
 /// The answer to a request the store returned `error` for (see [`RateLimitService`]), logged and counted.
-fn refusal<R: Default>(error: &GcraError) -> Response<R> {
+fn refusal<R: Default>(error: &GcraError, policy: &QuotaPolicy, style: HeaderStyle) -> Response<R> {
     let (reason, response) = match error {
-        GcraError::InsufficientCapacity { burst, .. } => {
+        GcraError::InsufficientCapacity { .. } => {
             tracing::debug!(%error, "request costs more than the burst; answering 413 (final)");
             let mut response = status(StatusCode::PAYLOAD_TOO_LARGE);
-            response
-                .headers_mut()
-                .insert(RATELIMIT_LIMIT, HeaderValue::from(*burst));
+            // The policy's quota is the burst: the largest cost that can pass.
+            style.write(response.headers_mut(), policy, None);
             ("insufficient_capacity", response)
         }
         GcraError::KeyLimitReached { .. } => {
@@ -119,9 +144,7 @@ fn refusal<R: Default>(error: &GcraError) -> Response<R> {
 /// `503 Service Unavailable` with `Retry-After: 1`: a temporary condition of the server.
 fn retry_soon<R: Default>() -> Response<R> {
     let mut response = status(StatusCode::SERVICE_UNAVAILABLE);
-    response
-        .headers_mut()
-        .insert(RETRY_AFTER, HeaderValue::from_static("1"));
+    write_retry_after(response.headers_mut(), Duration::from_secs(1));
     response
 }
 
@@ -131,6 +154,8 @@ impl<S: Clone, St: ?Sized, K: Clone> Clone for RateLimitService<S, St, K> {
             inner: self.inner.clone(),
             store: self.store.clone(),
             key: self.key.clone(),
+            policy: self.policy.clone(),
+            style: self.style,
         }
     }
 }
