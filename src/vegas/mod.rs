@@ -34,31 +34,18 @@
 //! # Ok(()) }
 //! ```
 
-mod acquire;
-mod aimd;
-mod algorithm;
-mod baseline;
-mod clock;
+mod algorithms;
 mod error;
-mod fixed;
-mod gradient;
 mod limiter;
-mod occupancy;
-pub mod partition;
-mod permit;
-pub mod stats;
-// The algorithm that gives the module its name lives in `vegas.rs`, beside its peers.
-#[allow(clippy::module_inception)]
-mod vegas;
 
-pub use aimd::{Aimd, AimdConfig};
-pub use algorithm::{LimitAlgorithm, LimitBounds, MAX_LIMIT, Outcome, Sample};
-pub use clock::{Clock, ManualClock, MonotonicClock};
+pub use crate::clock::{Clock, ManualClock, MonotonicClock};
+pub use algorithms::{
+    Aimd, AimdConfig, Fixed, Gradient, GradientConfig, LimitAlgorithm, LimitBounds, MAX_LIMIT,
+    Outcome, Sample, Vegas, VegasConfig,
+};
 pub use error::{AcquireError, ConfigError};
-pub use fixed::Fixed;
-pub use gradient::{Gradient, GradientConfig};
-pub use limiter::{Limiter, LimiterBuilder, QueueOrder};
-pub use partition::PartitionId;
-pub use permit::{OwnedPermit, Permit};
-pub use stats::LimiterSnapshot;
-pub use vegas::{Vegas, VegasConfig};
+pub use limiter::partitions as partition;
+pub use limiter::stats;
+pub use limiter::{
+    Limiter, LimiterBuilder, LimiterSnapshot, OwnedPermit, PartitionId, Permit, QueueOrder,
+};

@@ -5,7 +5,7 @@
 use std::any::Any;
 use std::sync::Arc;
 
-pub use crate::clock::{Clock, ManualClock, MonotonicClock};
+use crate::clock::{Clock, ManualClock, MonotonicClock};
 
 /// The clock a limiter reads: the two built-in clocks are called directly (no dynamic dispatch
 /// on the permit path), any other [`Clock`] through a trait object.

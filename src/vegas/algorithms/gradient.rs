@@ -1,9 +1,8 @@
 //! A gradient algorithm: compare short-term latency to a long-term average.
 
-use super::algorithm::{
-    FractionalLimit, LimitAlgorithm, LimitBounds, Outcome, Sample, duration_nanos,
-};
-use super::error::{ConfigError, check_range};
+use super::algorithm::{LimitAlgorithm, Outcome, Sample, duration_nanos};
+use super::bounds::{FractionalLimit, LimitBounds};
+use crate::vegas::error::{ConfigError, check_range};
 
 /// Settings of the [`Gradient`] algorithm.
 #[derive(Debug, Clone, PartialEq)]

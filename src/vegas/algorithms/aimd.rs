@@ -2,8 +2,9 @@
 
 use std::time::Duration;
 
-use super::algorithm::{FractionalLimit, LimitAlgorithm, LimitBounds, Outcome, Sample};
-use super::error::{ConfigError, check_range};
+use super::algorithm::{LimitAlgorithm, Outcome, Sample};
+use super::bounds::{FractionalLimit, LimitBounds};
+use crate::vegas::error::{ConfigError, check_range};
 
 /// Settings of the [`Aimd`] algorithm.
 #[derive(Debug, Clone, PartialEq)]

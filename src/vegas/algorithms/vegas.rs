@@ -1,8 +1,9 @@
 //! The Vegas limit algorithm: keep a small, bounded queue at the dependency.
 
-use super::algorithm::{LimitAlgorithm, LimitBounds, Outcome, Sample, duration_nanos};
+use super::algorithm::{LimitAlgorithm, Outcome, Sample, duration_nanos};
 use super::baseline::{Baseline, CutReference, SampleWindow, WindowSummary, low_percentile};
-use super::error::{ConfigError, check_range};
+use super::bounds::LimitBounds;
+use crate::vegas::error::{ConfigError, check_range};
 
 /// Settings of the [`Vegas`] algorithm. Start from [`VegasConfig::default`].
 #[derive(Debug, Clone, PartialEq)]

@@ -2,9 +2,9 @@
 
 use std::time::Duration;
 
-use super::algorithm::Outcome;
 use super::limiter::{Grant, Limiter};
-use super::partition::PartitionId;
+use super::partitions::PartitionId;
+use crate::vegas::algorithms::Outcome;
 
 /// How a permit reaches its limiter: borrowed from the caller's handle (no reference count on
 /// the hot path, like tokio's `SemaphorePermit<'_>`), or owned (a clone of the handle, for a

@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use hdrhistogram::Histogram;
 
-use super::algorithm::{Outcome, duration_nanos};
+use crate::vegas::algorithms::{Outcome, duration_nanos};
 
 /// Largest recordable RTT, in microseconds (one hour); longer samples are recorded as this.
 const MAX_RTT_MICROS: u64 = 3_600_000_000;

@@ -11,7 +11,7 @@ use std::task::{Context, Poll, Waker};
 use parking_lot::Mutex;
 
 use super::limiter::{Grant, Limiter};
-use super::partition::PartitionId;
+use super::partitions::PartitionId;
 use super::permit::Permit;
 
 /// A queued caller. Only touched while the limiter's state lock is held.

@@ -7,14 +7,14 @@ use std::time::Duration;
 use parking_lot::Mutex;
 
 use super::acquire::{WaitForPermit, Waiter};
-use super::algorithm::{LimitAlgorithm, Outcome, Sample, check_limit};
-use super::clock::{Clock, LimiterClock, MonotonicClock};
-use super::error::{AcquireError, ConfigError};
+use super::clock::LimiterClock;
 use super::occupancy::{Occupancy, Take};
-use super::partition::{PartitionId, Partitions};
+use super::partitions::{PartitionId, Partitions};
 use super::permit::{OwnedPermit, Permit};
 use super::stats::{LimiterMetrics, LimiterSnapshot, RttWindow};
-use super::vegas::Vegas;
+use crate::clock::{Clock, MonotonicClock};
+use crate::vegas::algorithms::{LimitAlgorithm, Outcome, Sample, Vegas, check_limit};
+use crate::vegas::error::{AcquireError, ConfigError};
 
 /// Which queued caller gets the next free permit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -143,7 +143,7 @@ impl LimiterBuilder {
     }
 
     /// Declares a partition guaranteed `share` (in `(0, 1]`) of the limit; see
-    /// [`partition`](super::partition).
+    /// [`partition`](crate::vegas::partition).
     pub fn partition(mut self, name: impl Into<String>, share: f64) -> Self {
         self.partitions.push((name.into(), share));
         self

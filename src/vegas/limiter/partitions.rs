@@ -9,7 +9,7 @@
 //! Calls made without a partition use the implicit `"default"` partition, whose share is what the
 //! declared partitions leave (1 minus their sum).
 
-use super::error::ConfigError;
+use crate::vegas::error::ConfigError;
 
 /// Name of the implicit partition used by calls that name none.
 pub const DEFAULT_PARTITION: &str = "default";
