@@ -53,6 +53,23 @@ pub trait LimitAlgorithm: Send + 'static {
 
     /// Feeds one completed call and returns the new limit.
     fn update(&mut self, sample: &Sample) -> usize;
+
+    /// [`update`](Self::update) with the sample's parts, the RTT in whole nanoseconds as the
+    /// limiter measures it: what the limiter calls for every finished permit.
+    ///
+    /// The provided method builds the [`Sample`] and calls `update`. An algorithm that works
+    /// in nanoseconds may override it to skip the `Duration` round trip ([`Vegas`] does); both
+    /// methods must then answer the same for the same call.
+    ///
+    /// [`Vegas`]: super::Vegas
+    #[inline]
+    fn update_nanos(&mut self, rtt_nanos: u64, in_flight: usize, outcome: Outcome) -> usize {
+        self.update(&Sample {
+            rtt: Duration::from_nanos(rtt_nanos),
+            in_flight,
+            outcome,
+        })
+    }
 }
 
 impl LimitAlgorithm for Box<dyn LimitAlgorithm> {
@@ -66,6 +83,11 @@ impl LimitAlgorithm for Box<dyn LimitAlgorithm> {
 
     fn update(&mut self, sample: &Sample) -> usize {
         (**self).update(sample)
+    }
+
+    #[inline]
+    fn update_nanos(&mut self, rtt_nanos: u64, in_flight: usize, outcome: Outcome) -> usize {
+        (**self).update_nanos(rtt_nanos, in_flight, outcome)
     }
 }
 

@@ -469,15 +469,10 @@ impl Vegas {
 }
 
 impl Vegas {
-    /// [`LimitAlgorithm::update`] with the RTT in nanoseconds: what the limiter calls directly
-    /// (no `Duration` round trip, no dynamic dispatch) when its algorithm is a `Vegas`.
+    /// Feeds one completed call, its RTT in nanoseconds (no `Duration` round trip): both
+    /// [`LimitAlgorithm`] methods land here.
     #[inline]
-    pub(crate) fn update_nanos(
-        &mut self,
-        rtt_nanos: u64,
-        in_flight: usize,
-        outcome: Outcome,
-    ) -> usize {
+    fn feed(&mut self, rtt_nanos: u64, in_flight: usize, outcome: Outcome) -> usize {
         self.samples_since_cut = self.samples_since_cut.saturating_add(1);
         let rtt = rtt_nanos.max(1);
         match (outcome, &self.phase) {
@@ -537,6 +532,11 @@ impl LimitAlgorithm for Vegas {
     }
 
     fn update(&mut self, sample: &Sample) -> usize {
-        self.update_nanos(duration_nanos(sample.rtt), sample.in_flight, sample.outcome)
+        self.feed(duration_nanos(sample.rtt), sample.in_flight, sample.outcome)
+    }
+
+    #[inline]
+    fn update_nanos(&mut self, rtt_nanos: u64, in_flight: usize, outcome: Outcome) -> usize {
+        self.feed(rtt_nanos, in_flight, outcome)
     }
 }

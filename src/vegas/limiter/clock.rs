@@ -1,54 +1,50 @@
-//! How the limiter reads time to measure round trips: the crate's [`Clock`], dispatched
-//! without a virtual call for the two built-in clocks ([`MonotonicClock`], cheap enough for every
-//! permit, and [`ManualClock`] for tests and simulations).
+//! How the limiter reads time to measure round trips: the default [`MonotonicClock`] called
+//! directly (cheap enough for every permit, no dynamic dispatch on the permit path), or any
+//! [`Clock`] the builder was given (a [`ManualClock`](crate::clock::ManualClock) in tests and
+//! simulations) through a trait object.
 
-use std::any::Any;
 use std::sync::Arc;
 
-use crate::clock::{Clock, ManualClock, MonotonicClock};
+use crate::clock::{Clock, MonotonicClock};
 
-/// The clock a limiter reads: the two built-in clocks are called directly (no dynamic dispatch
-/// on the permit path), any other [`Clock`] through a trait object.
+/// The clock a limiter reads.
 #[derive(Clone)]
-// An explicit tag: the built-in clock is found by one byte compare, not by decoding a niche in
-// the wrapped clocks' own enums.
+// An explicit tag: the default clock is found by one byte compare, not by decoding a niche in
+// the wrapped clock.
 #[repr(u8)]
-pub(crate) enum LimiterClock {
-    /// [`MonotonicClock`].
-    System(MonotonicClock),
-    /// [`ManualClock`].
-    Manual(ManualClock),
-    /// Any other clock.
+pub(super) enum LimiterClock {
+    /// The default: a [`MonotonicClock`] of the limiter's own.
+    Monotonic(MonotonicClock),
+    /// A clock chosen by the caller.
     Custom(Arc<dyn Clock>),
 }
 
 impl LimiterClock {
-    /// Wraps `clock`, recognising the built-in clocks.
-    pub(crate) fn of<C: Clock + 'static>(clock: C) -> Self {
-        let any: &dyn Any = &clock;
-        if let Some(system) = any.downcast_ref::<MonotonicClock>() {
-            Self::System(system.clone())
-        } else if let Some(manual) = any.downcast_ref::<ManualClock>() {
-            Self::Manual(manual.clone())
-        } else {
-            Self::Custom(Arc::new(clock))
-        }
+    /// Reads `clock`.
+    pub(super) fn custom(clock: impl Clock + 'static) -> Self {
+        Self::Custom(Arc::new(clock))
     }
 
     /// Nanoseconds since the clock's origin.
     #[inline]
-    pub(crate) fn now_nanos(&self) -> u64 {
+    pub(super) fn now_nanos(&self) -> u64 {
         match self {
-            Self::System(clock) => clock.now_nanos(),
-            Self::Manual(clock) => clock.now_nanos(),
+            Self::Monotonic(clock) => clock.now_nanos(),
             Self::Custom(clock) => clock.now_nanos(),
         }
+    }
+}
+
+impl Default for LimiterClock {
+    fn default() -> Self {
+        Self::Monotonic(MonotonicClock::new())
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::clock::ManualClock;
 
     struct Fixed(u64);
 
@@ -59,18 +55,15 @@ mod tests {
     }
 
     #[test]
-    fn built_in_clocks_are_recognised_and_others_kept() {
+    fn the_default_is_monotonic_and_chosen_clocks_are_kept() {
         assert!(matches!(
-            LimiterClock::of(MonotonicClock::new()),
-            LimiterClock::System(_)
+            LimiterClock::default(),
+            LimiterClock::Monotonic(_)
         ));
         let manual = ManualClock::new();
-        let wrapped = LimiterClock::of(manual.clone());
+        let wrapped = LimiterClock::custom(manual.clone());
         manual.advance(std::time::Duration::from_nanos(7));
-        assert!(matches!(wrapped, LimiterClock::Manual(_)));
         assert_eq!(wrapped.now_nanos(), 7, "shares the caller's manual clock");
-        let custom = LimiterClock::of(Fixed(42));
-        assert!(matches!(custom, LimiterClock::Custom(_)));
-        assert_eq!(custom.now_nanos(), 42);
+        assert_eq!(LimiterClock::custom(Fixed(42)).now_nanos(), 42);
     }
 }

@@ -1,0 +1,147 @@
+//! Configuring a limiter: the algorithm it follows, its clock, queue order, partitions,
+//! statistics window and what unfinished permits report.
+
+use std::time::Duration;
+
+use super::clock::LimiterClock;
+use super::limiter::Limiter;
+use super::occupancy::Occupancy;
+use super::partitions::Partitions;
+use super::queue::{Queue, QueueOrder};
+use super::shared::Shared;
+use super::state::State;
+use super::stats::LimiterMetrics;
+use crate::clock::Clock;
+use crate::vegas::algorithms::{LimitAlgorithm, Outcome, check_limit};
+use crate::vegas::error::ConfigError;
+
+impl Limiter {
+    /// A limiter with default settings (real clock, FIFO, no partitions).
+    pub fn new(algorithm: impl LimitAlgorithm) -> Result<Self, ConfigError> {
+        Self::builder(algorithm).build()
+    }
+
+    /// Starts configuring a limiter driven by `algorithm`.
+    pub fn builder(algorithm: impl LimitAlgorithm) -> LimiterBuilder {
+        LimiterBuilder {
+            algorithm: Box::new(algorithm),
+            clock: LimiterClock::default(),
+            order: QueueOrder::Fifo,
+            name: "default".to_owned(),
+            partitions: Vec::new(),
+            stats_window: Duration::from_secs(10),
+            unfinished: Outcome::Ignored,
+        }
+    }
+}
+
+/// Configures and builds a [`Limiter`].
+pub struct LimiterBuilder {
+    algorithm: Box<dyn LimitAlgorithm>,
+    clock: LimiterClock,
+    order: QueueOrder,
+    name: String,
+    partitions: Vec<(String, f64)>,
+    stats_window: Duration,
+    unfinished: Outcome,
+}
+
+impl std::fmt::Debug for LimiterBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LimiterBuilder")
+            .field("algorithm", &self.algorithm.name())
+            .field("order", &self.order)
+            .field("name", &self.name)
+            .field("partitions", &self.partitions)
+            .field("stats_window", &self.stats_window)
+            .field("unfinished", &self.unfinished)
+            .finish()
+    }
+}
+
+impl LimiterBuilder {
+    /// What a permit dropped without an outcome reports (default [`Outcome::Ignored`]).
+    ///
+    /// The default suits code that finishes every permit and drops one only when its call was
+    /// abandoned (an early return, a cancelled future): such a call says nothing about the
+    /// dependency, so its permit is released without a sample. Code that relies on dropping
+    /// permits when calls complete should choose [`Outcome::Success`]: with the default, its
+    /// permits feed no sample and the limit never moves from its initial value. A permit can
+    /// still say otherwise, with [`Permit::finish`] or [`Permit::set_unfinished`].
+    ///
+    /// ```
+    /// use flowguard::vegas::{Limiter, Outcome, Vegas, VegasConfig};
+    ///
+    /// let limiter = Limiter::builder(Vegas::new(VegasConfig::default())?)
+    ///     .unfinished(Outcome::Success)
+    ///     .build()?;
+    /// {
+    ///     let _permit = limiter.try_acquire()?;
+    ///     // ... call the dependency; the permit reports success when it goes out of scope ...
+    /// }
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn unfinished(mut self, outcome: Outcome) -> Self {
+        self.unfinished = outcome;
+        self
+    }
+
+    /// Reads time from `clock` to measure round trips (default: a
+    /// [`MonotonicClock`](crate::clock::MonotonicClock) of the limiter's own, read without
+    /// dynamic dispatch; a clock given here is read through a trait object).
+    pub fn clock(mut self, clock: impl Clock + 'static) -> Self {
+        self.clock = LimiterClock::custom(clock);
+        self
+    }
+
+    /// Serves queued callers in `order` (default FIFO).
+    pub fn order(mut self, order: QueueOrder) -> Self {
+        self.order = order;
+        self
+    }
+
+    /// Names the limiter in its metrics (label `limiter`, default `"default"`).
+    pub fn name(mut self, name: impl Into<String>) -> Self {
+        self.name = name.into();
+        self
+    }
+
+    /// Declares a partition guaranteed `share` (in `(0, 1]`) of the limit; see
+    /// [`partition`](crate::vegas::partition).
+    pub fn partition(mut self, name: impl Into<String>, share: f64) -> Self {
+        self.partitions.push((name.into(), share));
+        self
+    }
+
+    /// Length of the RTT statistics window; snapshots cover the last one to two windows
+    /// (default 10 s).
+    pub fn stats_window(mut self, window: Duration) -> Self {
+        self.stats_window = window;
+        self
+    }
+
+    /// Builds the limiter, or says which setting cannot work.
+    pub fn build(self) -> Result<Limiter, ConfigError> {
+        if self.stats_window.is_zero() {
+            return Err(ConfigError::ZeroDuration {
+                field: "stats_window",
+            });
+        }
+        let partitions = Partitions::new(&self.partitions)?;
+        let limit = self.algorithm.limit();
+        check_limit("algorithm limit", limit)?;
+        let metrics = LimiterMetrics::register(&self.name);
+        metrics.start(limit);
+        let occupancy = Occupancy::new(limit);
+        let state = State::new(
+            self.algorithm,
+            limit,
+            partitions,
+            Queue::new(self.order),
+            self.stats_window,
+            &occupancy,
+        );
+        let shared = Shared::new(occupancy, state, self.clock, self.unfinished, metrics);
+        Ok(Limiter::from_shared(shared))
+    }
+}
