@@ -8,6 +8,7 @@ use std::time::Duration;
 
 /// How a call that held a permit ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum Outcome {
     /// The call completed; its round-trip time is a valid latency sample.
     Success,

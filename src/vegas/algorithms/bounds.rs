@@ -133,7 +133,11 @@ pub(crate) fn check_limit(field: &'static str, value: usize) -> Result<(), Confi
         return Err(ConfigError::ZeroLimit { field });
     }
     if value > MAX_LIMIT {
-        return Err(ConfigError::LimitTooLarge { field, value });
+        return Err(ConfigError::LimitTooLarge {
+            field,
+            value,
+            max: MAX_LIMIT,
+        });
     }
     Ok(())
 }

@@ -4,25 +4,18 @@ use super::algorithm::{LimitAlgorithm, Outcome, Sample, duration_nanos};
 use super::bounds::{FractionalLimit, LimitBounds};
 use crate::vegas::error::{ConfigError, check_range};
 
-/// Settings of the [`Gradient`] algorithm.
+/// The settings of a [`Gradient`] algorithm; see [`GradientBuilder`] for what each one does.
 #[derive(Debug, Clone, PartialEq)]
-pub struct GradientConfig {
-    /// Limit range and starting point.
-    pub bounds: LimitBounds,
-    /// Share of each new target applied per sample, in `(0, 1]` (default 0.2).
-    pub smoothing: f64,
-    /// Short-term latency may exceed the long-term average by this factor before the limit
-    /// shrinks, at least 1 (default 1.5).
-    pub rtt_tolerance: f64,
-    /// Samples averaged by the long-term exponential average, at least 1 (default 600).
-    pub long_window: usize,
-    /// Headroom added to the limit each sample, >= 0 (default 4).
-    pub queue_size: f64,
-    /// Factor applied on a dropped call, in `(0, 1)` (default 0.9).
-    pub backoff_ratio: f64,
+struct Settings {
+    bounds: LimitBounds,
+    smoothing: f64,
+    rtt_tolerance: f64,
+    long_window: usize,
+    queue_size: f64,
+    backoff_ratio: f64,
 }
 
-impl Default for GradientConfig {
+impl Default for Settings {
     fn default() -> Self {
         Self {
             bounds: LimitBounds::default(),
@@ -35,31 +28,63 @@ impl Default for GradientConfig {
     }
 }
 
-/// Gradient: `new = limit * clamp(tolerance * long_rtt / rtt, 0.5, 1) + queue_size`, smoothed.
-/// The long-term average follows the load, so sustained queueing slowly becomes "normal".
+/// Configures and builds a [`Gradient`] algorithm, from [`Gradient::builder`]. Every setting
+/// has a default (the ones [`Gradient::new`] uses).
 ///
 /// ```
-/// use flowguard::vegas::{Gradient, GradientConfig, LimitAlgorithm, Outcome, Sample};
-/// use std::time::Duration;
+/// use flowguard::vegas::Gradient;
 ///
-/// let mut gradient = Gradient::new(GradientConfig::default())?;
-/// for _ in 0..100 {
-///     let in_flight = gradient.limit();
-///     gradient.update(&Sample { rtt: Duration::from_millis(10), in_flight, outcome: Outcome::Success });
-/// }
-/// assert!(gradient.limit() > 20);
+/// let gradient = Gradient::builder().rtt_tolerance(2.0).queue_size(8.0).build()?;
+/// assert!(Gradient::builder().long_window(0).build().is_err());
 /// # Ok::<(), flowguard::vegas::ConfigError>(())
 /// ```
-#[derive(Debug, Clone)]
-pub struct Gradient {
-    config: GradientConfig,
-    estimate: FractionalLimit,
-    long_rtt: Option<f64>,
+#[derive(Debug, Clone, PartialEq)]
+#[must_use = "a builder does nothing until `build` is called"]
+pub struct GradientBuilder {
+    settings: Settings,
 }
 
-impl Gradient {
-    /// A gradient algorithm with validated settings.
-    pub fn new(config: GradientConfig) -> Result<Self, ConfigError> {
+impl GradientBuilder {
+    /// Limit range and starting point (default [`LimitBounds::default`]).
+    pub fn bounds(mut self, bounds: LimitBounds) -> Self {
+        self.settings.bounds = bounds;
+        self
+    }
+
+    /// Share of each new target applied per sample, in `(0, 1]` (default 0.2).
+    pub fn smoothing(mut self, smoothing: f64) -> Self {
+        self.settings.smoothing = smoothing;
+        self
+    }
+
+    /// Short-term latency may exceed the long-term average by this factor before the limit
+    /// shrinks, at least 1 (default 1.5).
+    pub fn rtt_tolerance(mut self, tolerance: f64) -> Self {
+        self.settings.rtt_tolerance = tolerance;
+        self
+    }
+
+    /// Samples averaged by the long-term exponential average, at least 1 (default 600).
+    pub fn long_window(mut self, samples: usize) -> Self {
+        self.settings.long_window = samples;
+        self
+    }
+
+    /// Headroom added to the limit each sample, >= 0 (default 4).
+    pub fn queue_size(mut self, size: f64) -> Self {
+        self.settings.queue_size = size;
+        self
+    }
+
+    /// Factor applied on a dropped call, in `(0, 1)` (default 0.9).
+    pub fn backoff_ratio(mut self, ratio: f64) -> Self {
+        self.settings.backoff_ratio = ratio;
+        self
+    }
+
+    /// The algorithm, or the first setting that cannot work.
+    pub fn build(self) -> Result<Gradient, ConfigError> {
+        let config = self.settings;
         check_range(
             "smoothing",
             config.smoothing,
@@ -93,11 +118,53 @@ impl Gradient {
                 field: "long_window",
             });
         }
-        Ok(Self {
+        Ok(Gradient::with(config))
+    }
+}
+
+/// Gradient: `new = limit * clamp(tolerance * long_rtt / rtt, 0.5, 1) + queue_size`, smoothed.
+/// The long-term average follows the load, so sustained queueing slowly becomes "normal".
+///
+/// ```
+/// use flowguard::vegas::{Gradient, LimitAlgorithm, Outcome, Sample};
+/// use std::time::Duration;
+///
+/// let mut gradient = Gradient::new();
+/// for _ in 0..100 {
+///     let in_flight = gradient.limit();
+///     gradient.update(&Sample { rtt: Duration::from_millis(10), in_flight, outcome: Outcome::Success });
+/// }
+/// assert!(gradient.limit() > 20);
+/// ```
+#[derive(Debug, Clone)]
+pub struct Gradient {
+    config: Settings,
+    estimate: FractionalLimit,
+    long_rtt: Option<f64>,
+}
+
+impl Gradient {
+    /// Starts configuring a gradient algorithm.
+    pub fn builder() -> GradientBuilder {
+        GradientBuilder {
+            settings: Settings::default(),
+        }
+    }
+
+    /// The builder with defaults (`Gradient::builder().build()`, which cannot fail): limits in
+    /// `[1, 1000]` starting at 20, `smoothing` 0.2, `rtt_tolerance` 1.5, `long_window` 600,
+    /// `queue_size` 4, `backoff_ratio` 0.9.
+    pub fn new() -> Self {
+        Self::with(Settings::default())
+    }
+
+    /// A gradient algorithm with validated `config`.
+    fn with(config: Settings) -> Self {
+        Self {
             estimate: FractionalLimit::new(config.bounds),
             long_rtt: None,
             config,
-        })
+        }
     }
 
     fn on_success(&mut self, sample: &Sample) -> f64 {
@@ -118,6 +185,13 @@ impl Gradient {
         let gradient = (self.config.rtt_tolerance * long / rtt).clamp(0.5, 1.0);
         let target = current * gradient + self.config.queue_size;
         current * (1.0 - self.config.smoothing) + target * self.config.smoothing
+    }
+}
+
+impl Default for Gradient {
+    /// [`Gradient::new`].
+    fn default() -> Self {
+        Self::new()
     }
 }
 

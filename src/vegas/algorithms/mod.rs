@@ -9,11 +9,11 @@ mod fixed;
 mod gradient;
 mod vegas;
 
-pub use aimd::{Aimd, AimdConfig};
+pub use aimd::{Aimd, AimdBuilder};
 pub(crate) use algorithm::duration_nanos;
 pub use algorithm::{LimitAlgorithm, Outcome, Sample};
 pub(crate) use bounds::check_limit;
 pub use bounds::{LimitBounds, MAX_LIMIT};
 pub use fixed::Fixed;
-pub use gradient::{Gradient, GradientConfig};
-pub use vegas::{Vegas, VegasConfig};
+pub use gradient::{Gradient, GradientBuilder};
+pub use vegas::{Vegas, VegasBuilder};

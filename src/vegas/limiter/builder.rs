@@ -16,12 +16,10 @@ use crate::vegas::algorithms::{LimitAlgorithm, Outcome, check_limit};
 use crate::vegas::error::ConfigError;
 
 impl Limiter {
-    /// A limiter with default settings (real clock, FIFO, no partitions).
-    pub fn new(algorithm: impl LimitAlgorithm) -> Result<Self, ConfigError> {
-        Self::builder(algorithm).build()
-    }
-
-    /// Starts configuring a limiter driven by `algorithm`.
+    /// Starts configuring a limiter driven by `algorithm`. With no other setting, `build` gives
+    /// a limiter on its own monotonic clock, FIFO, without partitions; it fails only if the
+    /// algorithm's starting limit is 0 or above [`MAX_LIMIT`](crate::vegas::MAX_LIMIT) (never
+    /// for the built-in algorithms, whose bounds are checked when they are built).
     pub fn builder(algorithm: impl LimitAlgorithm) -> LimiterBuilder {
         LimiterBuilder {
             algorithm: Box::new(algorithm),
@@ -70,9 +68,9 @@ impl LimiterBuilder {
     /// still say otherwise, with [`Permit::finish`] or [`Permit::set_unfinished`].
     ///
     /// ```
-    /// use flowguard::vegas::{Limiter, Outcome, Vegas, VegasConfig};
+    /// use flowguard::vegas::{Limiter, Outcome, Vegas};
     ///
-    /// let limiter = Limiter::builder(Vegas::new(VegasConfig::default())?)
+    /// let limiter = Limiter::builder(Vegas::new())
     ///     .unfinished(Outcome::Success)
     ///     .build()?;
     /// {
@@ -100,14 +98,42 @@ impl LimiterBuilder {
         self
     }
 
-    /// Names the limiter in its metrics (label `limiter`, default `"default"`).
+    /// Names the limiter in its [metrics](crate::vegas#metrics) (label `limiter`, default
+    /// `"default"`).
     pub fn name(mut self, name: impl Into<String>) -> Self {
         self.name = name.into();
         self
     }
 
-    /// Declares a partition guaranteed `share` (in `(0, 1]`) of the limit; see
-    /// [`partition`](crate::vegas::partition).
+    /// Declares a partition called `name`, guaranteed `share` (in `(0, 1]`) of the limit.
+    ///
+    /// Each partition is guaranteed `floor(share * limit)` permits: while it holds fewer, it is
+    /// served before any partition that is borrowing, both on `try_acquire` and when queued
+    /// callers are granted. Capacity nobody else is waiting for may be borrowed by any
+    /// partition, so an idle partition's share is not wasted. Borrowed permits are never
+    /// revoked: a partition below its guarantee gets the next permits that complete. The total
+    /// never exceeds the limit.
+    ///
+    /// Calls made without a partition use the implicit [`DEFAULT_PARTITION`], whose share is
+    /// what the declared partitions leave (1 minus their sum). Find a partition's
+    /// [`PartitionId`] with [`Limiter::partition`], and acquire for it with
+    /// [`Limiter::try_acquire_in`] / [`Limiter::acquire_in`].
+    ///
+    /// ```
+    /// use flowguard::vegas::{Fixed, Limiter};
+    ///
+    /// let limiter = Limiter::builder(Fixed::new(10)?)
+    ///     .partition("live", 0.6)
+    ///     .partition("batch", 0.2)
+    ///     .build()?;
+    /// let live = limiter.partition("live").expect("declared");
+    /// let permit = limiter.try_acquire_in(live)?;
+    /// assert_eq!(permit.partition(), live);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
+    /// [`DEFAULT_PARTITION`]: crate::vegas::DEFAULT_PARTITION
+    /// [`PartitionId`]: crate::vegas::PartitionId
     pub fn partition(mut self, name: impl Into<String>, share: f64) -> Self {
         self.partitions.push((name.into(), share));
         self

@@ -23,10 +23,10 @@ use crate::vegas::error::AcquireError;
 /// feed its sample to the algorithm and the RTT statistics, and to serve queued callers.
 ///
 /// ```
-/// use flowguard::vegas::{Limiter, Vegas, VegasConfig};
+/// use flowguard::vegas::{Limiter, Vegas};
 ///
 /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
-/// let limiter = Limiter::new(Vegas::new(VegasConfig::default())?)?;
+/// let limiter = Limiter::builder(Vegas::new()).build()?;
 /// let permit = limiter.acquire(std::time::Duration::from_millis(50)).await?;
 /// // ... call the dependency ...
 /// permit.success();
@@ -164,7 +164,7 @@ mod tests {
 
     #[test]
     fn lock_free_grants_race_cuts_and_queued_callers_without_exceeding_the_limit() {
-        let limiter = Limiter::new(Flapping(4)).unwrap();
+        let limiter = Limiter::builder(Flapping(4)).build().unwrap();
         let held = Arc::new(AtomicUsize::new(0));
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(4)

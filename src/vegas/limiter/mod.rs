@@ -13,17 +13,17 @@ mod grant;
 #[allow(clippy::module_inception)]
 mod limiter;
 mod occupancy;
-pub mod partitions;
+mod partitions;
 mod permit;
 mod queue;
 mod shared;
 mod state;
-pub mod stats;
+mod stats;
 mod wait;
 
 pub use builder::LimiterBuilder;
 pub use limiter::Limiter;
-pub use partitions::PartitionId;
+pub use partitions::{DEFAULT_PARTITION, PartitionId};
 pub use permit::{OwnedPermit, Permit};
 pub use queue::QueueOrder;
 pub use stats::LimiterSnapshot;

@@ -15,7 +15,8 @@ use crate::vegas::error::ConfigError;
 pub const DEFAULT_PARTITION: &str = "default";
 
 /// Handle to a partition of a [`Limiter`](super::Limiter), from
-/// [`Limiter::partition`](super::Limiter::partition).
+/// [`Limiter::partition`](super::Limiter::partition); partitions are declared with
+/// [`LimiterBuilder::partition`](super::LimiterBuilder::partition).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct PartitionId(pub(crate) usize);
 

@@ -49,7 +49,7 @@ impl Holder<'_> {
 /// ```
 /// use flowguard::vegas::{Fixed, Limiter};
 ///
-/// let limiter = Limiter::new(Fixed::new(1)?)?;
+/// let limiter = Limiter::builder(Fixed::new(1)?).build()?;
 /// let permit = limiter.try_acquire()?;
 /// assert!(limiter.try_acquire().is_err()); // full
 /// drop(permit); // released, sample ignored (the default for unfinished permits)
@@ -78,7 +78,7 @@ pub struct Permit<'a> {
 /// use flowguard::vegas::{Fixed, Limiter, OwnedPermit};
 ///
 /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
-/// let limiter = Limiter::new(Fixed::new(4)?)?;
+/// let limiter = Limiter::builder(Fixed::new(4)?).build()?;
 /// let permit: OwnedPermit = limiter.try_acquire_owned()?;
 /// tokio::spawn(async move {
 ///     // ... call the dependency ...
@@ -111,7 +111,7 @@ impl<'a> Permit<'a> {
     /// ```
     /// use flowguard::vegas::{Fixed, Limiter, Outcome};
     ///
-    /// let limiter = Limiter::new(Fixed::new(4)?)?;
+    /// let limiter = Limiter::builder(Fixed::new(4)?).build()?;
     /// let mut permit = limiter.try_acquire()?;
     /// permit.set_unfinished(Outcome::Dropped); // e.g. the deadline passed
     /// drop(permit); // reports a dropped call: a congestion signal

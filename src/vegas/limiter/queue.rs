@@ -11,6 +11,7 @@ use super::partitions::PartitionId;
 
 /// Which queued caller gets the next free permit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
 pub enum QueueOrder {
     /// First come, first served (default).
     #[default]

@@ -1,14 +1,6 @@
 //! RTT statistics (windowed percentiles) and exported metrics.
 //!
-//! Metrics are registered once per limiter with the recorder installed at construction time
-//! (install your `metrics` recorder first), labelled `limiter = <name>`:
-//!
-//! | metric | kind | meaning |
-//! |---|---|---|
-//! | `flowguard_vegas_limit` | gauge | current concurrency limit |
-//! | `flowguard_vegas_in_flight` | gauge | permits held |
-//! | `flowguard_vegas_rtt_seconds` | histogram | RTT of successful calls |
-//! | `flowguard_vegas_outcomes_total` | counter, label `outcome` | completed permits by outcome |
+//! Metric names and labels are listed in the `vegas` module docs ("Metrics").
 
 use std::time::Duration;
 
