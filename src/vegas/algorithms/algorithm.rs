@@ -36,6 +36,9 @@ pub struct Sample {
 /// Implementations are pure (no clock, no I/O) and must keep the limit inside their
 /// [`LimitBounds`] (hence at most [`MAX_LIMIT`]; the limiter never grants more than that).
 ///
+/// [`LimitBounds`]: super::LimitBounds
+/// [`MAX_LIMIT`]: super::MAX_LIMIT
+///
 /// ```
 /// use flowguard::vegas::{Fixed, LimitAlgorithm, Outcome, Sample};
 /// use std::time::Duration;

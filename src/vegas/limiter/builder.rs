@@ -65,7 +65,8 @@ impl LimiterBuilder {
     /// dependency, so its permit is released without a sample. Code that relies on dropping
     /// permits when calls complete should choose [`Outcome::Success`]: with the default, its
     /// permits feed no sample and the limit never moves from its initial value. A permit can
-    /// still say otherwise, with [`Permit::finish`] or [`Permit::set_unfinished`].
+    /// still say otherwise, with [`Permit::finish`](super::Permit::finish) or
+    /// [`Permit::set_unfinished`](super::Permit::set_unfinished).
     ///
     /// ```
     /// use flowguard::vegas::{Limiter, Outcome, Vegas};

@@ -18,7 +18,7 @@ pub const DEFAULT_PARTITION: &str = "default";
 /// [`Limiter::partition`](super::Limiter::partition); partitions are declared with
 /// [`LimiterBuilder::partition`](super::LimiterBuilder::partition).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct PartitionId(pub(crate) usize);
+pub struct PartitionId(usize);
 
 impl PartitionId {
     /// The implicit default partition.
