@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use flowguard::backoff::{Classification, RetryBudget, RetryPolicy};
 use flowguard::gcra::{KeyedRateLimiter, Quota};
-use flowguard::vegas::{LimitBounds, Limiter, Vegas, VegasConfig};
+use flowguard::vegas::{LimitBounds, Limiter, Vegas};
 use flowguard::{Guard, GuardError};
 use tokio::sync::Semaphore;
 
@@ -40,10 +40,9 @@ impl Dependency {
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let vegas = Vegas::new(VegasConfig {
-        bounds: LimitBounds::new(2, 64, 4)?,
-        ..VegasConfig::default()
-    })?;
+    let vegas = Vegas::builder()
+        .bounds(LimitBounds::new(2, 64, 4)?)
+        .build()?;
     let guard = Guard::builder()
         .rate_limit(KeyedRateLimiter::<Vec<u8>>::new(
             Quota::per_second(100)?.with_burst(20)?,

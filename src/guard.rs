@@ -22,14 +22,14 @@ pub const DEFAULT_ACQUIRE_TIMEOUT: Duration = Duration::from_millis(50);
 /// ```
 /// use flowguard::backoff::{Classification, RetryPolicy};
 /// use flowguard::gcra::{KeyedRateLimiter, Quota};
-/// use flowguard::vegas::{Limiter, Vegas, VegasConfig};
+/// use flowguard::vegas::{Limiter, Vegas};
 /// use flowguard::Guard;
 ///
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// let guard = Guard::builder()
 ///     .rate_limit(KeyedRateLimiter::<Vec<u8>>::new(Quota::per_second(100)?))
-///     .concurrency(Limiter::new(Vegas::new(VegasConfig::default())?)?)
+///     .concurrency(Limiter::builder(Vegas::new()).build()?)
 ///     .retry(RetryPolicy::builder().max_attempts(3).build()?)
 ///     .build();
 ///

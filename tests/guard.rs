@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use flowguard::backoff::{BackoffBounds, BackoffStrategy, Classification, GiveUp, RetryPolicy};
 use flowguard::gcra::{GcraError, KeyedRateLimiter, ManualClock, Quota};
-use flowguard::vegas::{Aimd, AimdConfig, Fixed, LimitBounds, Limiter};
+use flowguard::vegas::{Aimd, Fixed, LimitBounds, Limiter};
 use flowguard::{Guard, GuardError};
 use tokio::time::Instant;
 
@@ -111,7 +111,7 @@ async fn gives_up_after_the_attempts_and_returns_the_last_outcome() {
 
 #[tokio::test(start_paused = true)]
 async fn calls_are_shed_when_no_permit_frees_up() {
-    let limiter = Limiter::new(Fixed::new(1).unwrap()).unwrap();
+    let limiter = Limiter::builder(Fixed::new(1).unwrap()).build().unwrap();
     let guard = Guard::builder()
         .concurrency(limiter)
         .acquire_timeout(Duration::from_millis(20))
@@ -137,13 +137,12 @@ async fn calls_are_shed_when_no_permit_frees_up() {
 
 #[tokio::test(start_paused = true)]
 async fn overload_signals_shrink_the_limit_and_cancelled_calls_release_their_permit() {
-    let aimd = Aimd::new(AimdConfig {
-        bounds: LimitBounds::new(1, 100, 20).unwrap(),
-        ..AimdConfig::default()
-    })
-    .unwrap();
+    let aimd = Aimd::builder()
+        .bounds(LimitBounds::new(1, 100, 20).unwrap())
+        .build()
+        .unwrap();
     let guard = Guard::builder()
-        .concurrency(Limiter::new(aimd).unwrap())
+        .concurrency(Limiter::builder(aimd).build().unwrap())
         .retry(policy(2))
         .build();
     let before = guard.concurrency().unwrap().limit();
@@ -171,7 +170,7 @@ async fn overload_signals_shrink_the_limit_and_cancelled_calls_release_their_per
 
 #[tokio::test(start_paused = true)]
 async fn a_permit_is_never_held_while_waiting_to_retry() {
-    let limiter = Limiter::new(Fixed::new(1).unwrap()).unwrap();
+    let limiter = Limiter::builder(Fixed::new(1).unwrap()).build().unwrap();
     let guard = Guard::builder()
         .concurrency(limiter)
         .retry(policy(2))
@@ -198,7 +197,7 @@ async fn a_permit_is_never_held_while_waiting_to_retry() {
 fn guard_calls_are_send_so_they_can_be_spawned() {
     fn assert_send<F: Send>(_: &F) {}
     let guard = Guard::builder()
-        .concurrency(Limiter::new(Fixed::new(4).unwrap()).unwrap())
+        .concurrency(Limiter::builder(Fixed::new(4).unwrap()).build().unwrap())
         .retry(policy(3))
         .build();
     let call = guard.call(|_| async { Ok::<_, &str>(1) }, retry_on_err(None));

@@ -5,8 +5,7 @@ mod vegas_support;
 use std::time::Duration;
 
 use flowguard::vegas::{
-    Aimd, AimdConfig, ConfigError, Fixed, Gradient, GradientConfig, LimitAlgorithm, LimitBounds,
-    Outcome, Vegas, VegasConfig,
+    Aimd, ConfigError, Fixed, Gradient, LimitAlgorithm, LimitBounds, Outcome, Vegas, VegasBuilder,
 };
 use proptest::prelude::*;
 use vegas_support::{Dependency, busy_rounds, sample};
@@ -17,11 +16,10 @@ const DEPENDENCY: Dependency = Dependency {
 };
 
 fn vegas() -> Vegas {
-    Vegas::new(VegasConfig {
-        bounds: LimitBounds::new(1, 500, 10).unwrap(),
-        ..VegasConfig::default()
-    })
-    .unwrap()
+    Vegas::builder()
+        .bounds(LimitBounds::new(1, 500, 10).unwrap())
+        .build()
+        .unwrap()
 }
 
 /// The limit Vegas settles at against DEPENDENCY: a few calls above the slots.
@@ -155,25 +153,15 @@ fn periodic_probes_do_not_creep_the_baseline_upwards() {
 
 #[test]
 fn invalid_vegas_settings_are_typed_errors() {
-    let bad = |config: VegasConfig| Vegas::new(config).unwrap_err();
+    let bad = |builder: VegasBuilder| builder.build().unwrap_err();
     assert!(matches!(
-        bad(VegasConfig {
-            alpha: 6.0,
-            beta: 6.0,
-            ..VegasConfig::default()
-        }),
+        bad(Vegas::builder().alpha(6.0).beta(6.0)),
         ConfigError::AlphaNotBelowBeta { .. }
     ));
-    let error = bad(VegasConfig {
-        backoff_ratio: 1.0,
-        ..VegasConfig::default()
-    });
+    let error = bad(Vegas::builder().backoff_ratio(1.0));
     assert!(error.to_string().contains("backoff_ratio"), "{error}");
     assert!(matches!(
-        bad(VegasConfig {
-            smoothing: f64::NAN,
-            ..VegasConfig::default()
-        }),
+        bad(Vegas::builder().smoothing(f64::NAN)),
         ConfigError::OutOfRange {
             field: "smoothing",
             ..
@@ -193,29 +181,21 @@ fn invalid_vegas_settings_are_typed_errors() {
     ));
     assert!(Fixed::new(0).is_err());
     assert!(
-        Aimd::new(AimdConfig {
-            latency_threshold: Some(Duration::ZERO),
-            ..AimdConfig::default()
-        })
-        .is_err()
+        Aimd::builder()
+            .latency_threshold(Duration::ZERO)
+            .build()
+            .is_err()
     );
-    assert!(
-        Gradient::new(GradientConfig {
-            rtt_tolerance: 0.5,
-            ..GradientConfig::default()
-        })
-        .is_err()
-    );
+    assert!(Gradient::builder().rtt_tolerance(0.5).build().is_err());
 }
 
 #[test]
 fn aimd_adds_per_round_and_multiplies_on_drops() {
-    let mut aimd = Aimd::new(AimdConfig {
-        bounds: LimitBounds::new(1, 100, 10).unwrap(),
-        latency_threshold: Some(Duration::from_millis(50)),
-        ..AimdConfig::default()
-    })
-    .unwrap();
+    let mut aimd = Aimd::builder()
+        .bounds(LimitBounds::new(1, 100, 10).unwrap())
+        .latency_threshold(Duration::from_millis(50))
+        .build()
+        .unwrap();
     assert_eq!(busy_rounds(&mut aimd, 5, 10_000), 15);
     assert_eq!(aimd.update(&sample(1_000, 15, Outcome::Dropped)), 13);
     assert_eq!(
@@ -227,11 +207,10 @@ fn aimd_adds_per_round_and_multiplies_on_drops() {
 
 #[test]
 fn gradient_shrinks_when_latency_rises_above_its_average() {
-    let mut gradient = Gradient::new(GradientConfig {
-        bounds: LimitBounds::new(1, 1000, 50).unwrap(),
-        ..GradientConfig::default()
-    })
-    .unwrap();
+    let mut gradient = Gradient::builder()
+        .bounds(LimitBounds::new(1, 1000, 50).unwrap())
+        .build()
+        .unwrap();
     busy_rounds(&mut gradient, 3, 10_000);
     let before = gradient.limit();
     busy_rounds(&mut gradient, 1, 40_000);
@@ -281,16 +260,16 @@ proptest! {
 
     #[test]
     fn every_algorithm_keeps_its_limit_in_bounds(bounds in bounds(), feed in samples(), scaled: bool) {
-        let vegas = Vegas::new(VegasConfig { bounds, log10_scaling: scaled, ..VegasConfig::default() }).unwrap();
+        let vegas = Vegas::builder().bounds(bounds).log10_scaling(scaled).build().unwrap();
         check_bounds(vegas, bounds, &feed);
-        check_bounds(Aimd::new(AimdConfig { bounds, ..AimdConfig::default() }).unwrap(), bounds, &feed);
-        check_bounds(Gradient::new(GradientConfig { bounds, ..GradientConfig::default() }).unwrap(), bounds, &feed);
+        check_bounds(Aimd::builder().bounds(bounds).build().unwrap(), bounds, &feed);
+        check_bounds(Gradient::builder().bounds(bounds).build().unwrap(), bounds, &feed);
     }
 
     #[test]
     fn vegas_stays_in_bounds_under_a_queueing_dependency(bounds in bounds(), slots in 1usize..300) {
         let dependency = Dependency { slots, service_micros: 5_000 };
-        let mut vegas = Vegas::new(VegasConfig { bounds, ..VegasConfig::default() }).unwrap();
+        let mut vegas = Vegas::builder().bounds(bounds).build().unwrap();
         for _ in 0..50 {
             let limit = dependency.drive(&mut vegas, 1);
             prop_assert!((bounds.min()..=bounds.max()).contains(&limit));
@@ -305,11 +284,10 @@ fn a_small_dependency_gets_a_proportionally_small_queue() {
         service_micros: 10_000,
     };
     // Start below the slots, as a caller ramping up does, so the first window is unloaded.
-    let mut vegas = Vegas::new(VegasConfig {
-        bounds: LimitBounds::new(1, 500, 4).unwrap(),
-        ..VegasConfig::default()
-    })
-    .unwrap();
+    let mut vegas = Vegas::builder()
+        .bounds(LimitBounds::new(1, 500, 4).unwrap())
+        .build()
+        .unwrap();
     small.drive(&mut vegas, 300);
     // alpha and beta are capped at 10 % and 20 % of the limit: at most 2 calls queue, not 3..6.
     for _ in 0..20 {
@@ -327,7 +305,8 @@ fn limits_beyond_what_a_limiter_tracks_are_config_errors() {
         err,
         ConfigError::LimitTooLarge {
             field: "max",
-            value: MAX_LIMIT + 1
+            value: MAX_LIMIT + 1,
+            max: MAX_LIMIT
         }
     );
     assert!(err.to_string().contains("use a smaller limit"), "{err}");
@@ -335,4 +314,13 @@ fn limits_beyond_what_a_limiter_tracks_are_config_errors() {
         Fixed::new(usize::MAX),
         Err(ConfigError::LimitTooLarge { field: "limit", .. })
     ));
+}
+
+#[test]
+fn the_defaults_behind_new_are_valid_settings() {
+    // `new()` is the builder with defaults and cannot fail: the defaults must pass the checks.
+    assert!(Vegas::builder().build().is_ok());
+    assert!(Aimd::builder().build().is_ok());
+    assert!(Gradient::builder().build().is_ok());
+    assert_eq!(Vegas::new().limit(), LimitBounds::default().initial());
 }

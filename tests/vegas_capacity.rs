@@ -5,7 +5,7 @@ mod vegas_support;
 
 use std::time::Duration;
 
-use flowguard::vegas::{LimitAlgorithm, LimitBounds, Outcome, Vegas, VegasConfig};
+use flowguard::vegas::{LimitAlgorithm, LimitBounds, Outcome, Vegas};
 use vegas_support::{Dependency, sample};
 
 /// Feeds `samples` samples from `dependency` to a caller that always uses the whole limit, and
@@ -49,11 +49,10 @@ const FOUR_SLOTS: Dependency = Dependency {
 /// Vegas with default settings, starting below the slots (as a caller ramping up does, so its
 /// first window is unloaded).
 fn vegas() -> Vegas {
-    Vegas::new(VegasConfig {
-        bounds: LimitBounds::new(1, 1000, 2).unwrap(),
-        ..VegasConfig::default()
-    })
-    .unwrap()
+    Vegas::builder()
+        .bounds(LimitBounds::new(1, 1000, 2).unwrap())
+        .build()
+        .unwrap()
 }
 
 /// [`vegas`] settled against FOUR_SLOTS.

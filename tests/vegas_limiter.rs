@@ -8,9 +8,8 @@ use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
-use flowguard::vegas::{
-    AcquireError, Fixed, Limiter, ManualClock, Outcome, OwnedPermit, QueueOrder,
-};
+use flowguard::clock::ManualClock;
+use flowguard::vegas::{AcquireError, Fixed, Limiter, Outcome, OwnedPermit, QueueOrder};
 use tokio::sync::mpsc;
 use vegas_support::Scripted;
 
@@ -20,7 +19,9 @@ fn poll_once<F: Future>(future: Pin<&mut F>) -> Poll<F::Output> {
 }
 
 fn fixed(limit: usize) -> Limiter {
-    Limiter::new(Fixed::new(limit).unwrap()).unwrap()
+    Limiter::builder(Fixed::new(limit).unwrap())
+        .build()
+        .unwrap()
 }
 
 fn scripted(initial: usize, then: &[usize]) -> (Limiter, Scripted, ManualClock) {

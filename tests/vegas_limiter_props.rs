@@ -9,7 +9,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::task::{Context, Waker};
 use std::time::Duration;
 
-use flowguard::vegas::{Limiter, ManualClock, Outcome, Permit, QueueOrder};
+use flowguard::clock::ManualClock;
+use flowguard::vegas::{Limiter, Outcome, Permit, QueueOrder};
 use proptest::prelude::*;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;

@@ -4,7 +4,8 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use flowguard::vegas::{Fixed, Limiter, ManualClock};
+use flowguard::clock::ManualClock;
+use flowguard::vegas::{Fixed, Limiter};
 use metrics::{
     Counter, CounterFn, Gauge, GaugeFn, Histogram, HistogramFn, Key, KeyName, Metadata, Recorder,
     SharedString, Unit,

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 /// A limiter or algorithm configuration that cannot work, with what to change.
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub enum ConfigError {
     /// A limit (`min`, `max` or `initial`, or a fixed limit) is zero; every limit must be at least 1.
     ZeroLimit {
@@ -70,6 +71,8 @@ pub enum ConfigError {
         field: &'static str,
         /// The value given.
         value: usize,
+        /// The largest limit allowed: [`MAX_LIMIT`](crate::vegas::MAX_LIMIT).
+        max: usize,
     },
 }
 
@@ -79,10 +82,9 @@ impl fmt::Display for ConfigError {
             Self::ZeroLimit { field } => {
                 write!(f, "`{field}` is 0; every limit must be at least 1")
             }
-            Self::LimitTooLarge { field, value } => write!(
+            Self::LimitTooLarge { field, value, max } => write!(
                 f,
-                "`{field}` is {value}, above the largest limit a limiter tracks ({}); use a smaller limit",
-                crate::vegas::MAX_LIMIT
+                "`{field}` is {value}, above the largest limit a limiter tracks ({max}); use a smaller limit"
             ),
             Self::MinAboveMax { min, max } => {
                 write!(
@@ -125,6 +127,7 @@ impl std::error::Error for ConfigError {}
 
 /// Why a permit was not granted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum AcquireError {
     /// `try_acquire`: the limit is reached (or earlier callers are waiting); nothing was taken.
     Full {

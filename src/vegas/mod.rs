@@ -4,22 +4,22 @@
 //! round-trip times, so a slowing dependency sheds load instead of building queues.
 //!
 //! - [`LimitAlgorithm`]: pure algorithms fed [`Sample`]s (RTT, in-flight at grant, [`Outcome`]):
-//!   [`Vegas`] (recommended), [`Aimd`], [`Gradient`], [`Fixed`].
+//!   [`Vegas`] (recommended), [`Aimd`], [`Gradient`], [`Fixed`]. Each is built with its builder
+//!   ([`Vegas::builder`]) or with defaults ([`Vegas::new`]).
 //! - [`Limiter`]: `try_acquire` / `acquire(timeout)` (FIFO or LIFO), RAII [`Permit`]s that
 //!   borrow the limiter ([`OwnedPermit`]s from the `_owned` forms move into spawned tasks),
-//!   [partitions](partition) with guaranteed shares, RTT [`LimiterSnapshot`]s and
-//!   [metrics](stats).
-//! - [`Clock`]: [`MonotonicClock`] in production, [`ManualClock`] in tests and simulations.
+//!   [partitions](LimiterBuilder::partition) with guaranteed shares, RTT [`LimiterSnapshot`]s
+//!   and [metrics](#metrics). Built with [`Limiter::builder`].
+//! - Time: the limiter reads a [`MonotonicClock`](crate::clock::MonotonicClock) by default; give
+//!   it a [`ManualClock`](crate::clock::ManualClock) with [`LimiterBuilder::clock`] in tests and
+//!   simulations.
 //!
 //! ```
-//! use flowguard::vegas::{Limiter, LimitBounds, Vegas, VegasConfig};
+//! use flowguard::vegas::{Limiter, LimitBounds, Vegas};
 //! use std::time::Duration;
 //!
 //! # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
-//! let vegas = Vegas::new(VegasConfig {
-//!     bounds: LimitBounds::new(4, 500, 20)?,
-//!     ..VegasConfig::default()
-//! })?;
+//! let vegas = Vegas::builder().bounds(LimitBounds::new(4, 500, 20)?).build()?;
 //! let limiter = Limiter::builder(vegas).name("payments").build()?;
 //! match limiter.acquire(Duration::from_millis(20)).await {
 //!     Ok(permit) => {
@@ -33,32 +33,35 @@
 //! }
 //! # Ok(()) }
 //! ```
+//!
+//! # Metrics
+//!
+//! Metrics are registered once per limiter with the recorder installed when it is built (install
+//! your `metrics` recorder first), labelled `limiter = <name>` ([`LimiterBuilder::name`]):
+//!
+//! | metric | kind | meaning |
+//! |---|---|---|
+//! | `flowguard_vegas_limit` | gauge | current concurrency limit |
+//! | `flowguard_vegas_in_flight` | gauge | permits held |
+//! | `flowguard_vegas_rtt_seconds` | histogram | RTT of successful calls |
+//! | `flowguard_vegas_outcomes_total` | counter, label `outcome` | completed permits by outcome |
+//!
+//! # Layout
+//!
+//! `algorithms/` holds the limit algorithms (pure, fed samples, no clock) and `limiter/` the
+//! machinery that hands out permits; the limiter imports the algorithms' contract, never the
+//! reverse. Both report [`ConfigError`].
 
-mod acquire;
-mod aimd;
-mod algorithm;
-mod baseline;
-mod clock;
+mod algorithms;
 mod error;
-mod fixed;
-mod gradient;
 mod limiter;
-mod occupancy;
-pub mod partition;
-mod permit;
-pub mod stats;
-// The algorithm that gives the module its name lives in `vegas.rs`, beside its peers.
-#[allow(clippy::module_inception)]
-mod vegas;
 
-pub use aimd::{Aimd, AimdConfig};
-pub use algorithm::{LimitAlgorithm, LimitBounds, MAX_LIMIT, Outcome, Sample};
-pub use clock::{Clock, ManualClock, MonotonicClock};
+pub use algorithms::{
+    Aimd, AimdBuilder, Fixed, Gradient, GradientBuilder, LimitAlgorithm, LimitBounds, MAX_LIMIT,
+    Outcome, Sample, Vegas, VegasBuilder,
+};
 pub use error::{AcquireError, ConfigError};
-pub use fixed::Fixed;
-pub use gradient::{Gradient, GradientConfig};
-pub use limiter::{Limiter, LimiterBuilder, QueueOrder};
-pub use partition::PartitionId;
-pub use permit::{OwnedPermit, Permit};
-pub use stats::LimiterSnapshot;
-pub use vegas::{Vegas, VegasConfig};
+pub use limiter::{
+    DEFAULT_PARTITION, Limiter, LimiterBuilder, LimiterSnapshot, OwnedPermit, PartitionId, Permit,
+    QueueOrder,
+};

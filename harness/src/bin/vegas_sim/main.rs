@@ -36,9 +36,9 @@ use std::error::Error;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use flowguard::clock::ManualClock;
 use flowguard::vegas::{
-    Aimd, AimdConfig, Fixed, Gradient, GradientConfig, LimitAlgorithm, LimitBounds, Limiter,
-    ManualClock, OwnedPermit, Vegas, VegasConfig,
+    Aimd, Fixed, Gradient, LimitAlgorithm, LimitBounds, Limiter, OwnedPermit, Vegas,
 };
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
@@ -318,18 +318,9 @@ fn limit_settle(windows: &[Window], from: u64, until: u64) -> Option<f64> {
 fn algorithms(scenario: &Scenario) -> Result<Vec<Box<dyn LimitAlgorithm>>, Box<dyn Error>> {
     let bounds = LimitBounds::new(1, 1000, 20)?;
     Ok(vec![
-        Box::new(Vegas::new(VegasConfig {
-            bounds,
-            ..VegasConfig::default()
-        })?),
-        Box::new(Aimd::new(AimdConfig {
-            bounds,
-            ..AimdConfig::default()
-        })?),
-        Box::new(Gradient::new(GradientConfig {
-            bounds,
-            ..GradientConfig::default()
-        })?),
+        Box::new(Vegas::builder().bounds(bounds).build()?),
+        Box::new(Aimd::builder().bounds(bounds).build()?),
+        Box::new(Gradient::builder().bounds(bounds).build()?),
         // A static guess at twice the slots.
         Box::new(Fixed::new(2 * scenario.slots)?),
     ])
@@ -536,15 +527,9 @@ type NamedAlgorithm = (String, Box<dyn LimitAlgorithm>);
 /// limits of 4 and 16.
 fn step_limiters() -> Result<Vec<NamedAlgorithm>, Box<dyn Error>> {
     Ok(vec![
-        (
-            "vegas".into(),
-            Box::new(Vegas::new(VegasConfig::default())?),
-        ),
-        ("aimd".into(), Box::new(Aimd::new(AimdConfig::default())?)),
-        (
-            "gradient".into(),
-            Box::new(Gradient::new(GradientConfig::default())?),
-        ),
+        ("vegas".into(), Box::new(Vegas::new())),
+        ("aimd".into(), Box::new(Aimd::new())),
+        ("gradient".into(), Box::new(Gradient::new())),
         ("fixed 4".into(), Box::new(Fixed::new(4)?)),
         ("fixed 16".into(), Box::new(Fixed::new(16)?)),
     ])

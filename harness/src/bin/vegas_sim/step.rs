@@ -18,7 +18,8 @@ use std::collections::{BinaryHeap, VecDeque};
 use std::error::Error;
 use std::time::Duration;
 
-use flowguard::vegas::{LimitAlgorithm, Limiter, ManualClock, OwnedPermit};
+use flowguard::clock::ManualClock;
+use flowguard::vegas::{LimitAlgorithm, Limiter, OwnedPermit};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 

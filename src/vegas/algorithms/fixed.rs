@@ -1,7 +1,8 @@
 //! A limit that never changes: the baseline to compare adaptive algorithms against.
 
-use super::algorithm::{LimitAlgorithm, Sample, check_limit};
-use super::error::ConfigError;
+use super::algorithm::{LimitAlgorithm, Sample};
+use super::bounds::check_limit;
+use crate::vegas::error::ConfigError;
 
 /// A constant limit.
 ///

@@ -21,14 +21,16 @@
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
+use crate::vegas::algorithms::MAX_LIMIT;
+
 /// Bits 0..32: grants made so far, wrapping.
 const GRANTS_MASK: u64 = u32::MAX as u64;
 /// Bits 32..63: the limit.
 const LIMIT_SHIFT: u32 = 32;
-/// The largest limit the word holds: [`MAX_LIMIT`](super::MAX_LIMIT), which every limit setting
+/// The largest limit the word holds: [`MAX_LIMIT`], which every limit setting
 /// is validated against, so no configured limit is ever cut down here. Permits held never exceed
 /// it, so the wrapping difference of two 32-bit counters counts them exactly.
-const LIMIT_MAX: u64 = super::MAX_LIMIT as u64;
+const LIMIT_MAX: u64 = MAX_LIMIT as u64;
 const LIMIT_MASK: u64 = LIMIT_MAX << LIMIT_SHIFT;
 /// Bit 63: grants need arbitration under the lock.
 const ARBITRATED: u64 = 1 << 63;

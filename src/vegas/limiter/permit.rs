@@ -1,23 +1,25 @@
 //! The RAII permit: holds one unit of the limit and reports how its call ended.
 
+use std::sync::Arc;
 use std::time::Duration;
 
-use super::algorithm::Outcome;
-use super::limiter::{Grant, Limiter};
-use super::partition::PartitionId;
+use super::grant::Grant;
+use super::partitions::PartitionId;
+use super::shared::Shared;
+use crate::vegas::algorithms::Outcome;
 
 /// How a permit reaches its limiter: borrowed from the caller's handle (no reference count on
-/// the hot path, like tokio's `SemaphorePermit<'_>`), or owned (a clone of the handle, for a
+/// the hot path, like tokio's `SemaphorePermit<'_>`), or owned (a reference of its own, for a
 /// permit that must outlive the borrow, e.g. one moved into a spawned task).
 #[derive(Debug)]
 enum Holder<'a> {
-    Borrowed(&'a Limiter),
-    Owned(Limiter),
+    Borrowed(&'a Arc<Shared>),
+    Owned(Arc<Shared>),
 }
 
 impl Holder<'_> {
     #[inline]
-    fn limiter(&self) -> &Limiter {
+    fn limiter(&self) -> &Arc<Shared> {
         match self {
             Holder::Borrowed(limiter) => limiter,
             Holder::Owned(limiter) => limiter,
@@ -47,13 +49,18 @@ impl Holder<'_> {
 /// ```
 /// use flowguard::vegas::{Fixed, Limiter};
 ///
-/// let limiter = Limiter::new(Fixed::new(1)?)?;
+/// let limiter = Limiter::builder(Fixed::new(1)?).build()?;
 /// let permit = limiter.try_acquire()?;
 /// assert!(limiter.try_acquire().is_err()); // full
 /// drop(permit); // released, sample ignored (the default for unfinished permits)
 /// limiter.try_acquire()?.success();
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
+///
+/// [`Limiter::try_acquire`]: super::Limiter::try_acquire
+/// [`Limiter::acquire`]: super::Limiter::acquire
+/// [`Limiter::try_acquire_owned`]: super::Limiter::try_acquire_owned
+/// [`Limiter::acquire_owned`]: super::Limiter::acquire_owned
 #[derive(Debug)]
 #[must_use = "a permit is released as soon as it is dropped"]
 pub struct Permit<'a> {
@@ -71,7 +78,7 @@ pub struct Permit<'a> {
 /// use flowguard::vegas::{Fixed, Limiter, OwnedPermit};
 ///
 /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
-/// let limiter = Limiter::new(Fixed::new(4)?)?;
+/// let limiter = Limiter::builder(Fixed::new(4)?).build()?;
 /// let permit: OwnedPermit = limiter.try_acquire_owned()?;
 /// tokio::spawn(async move {
 ///     // ... call the dependency ...
@@ -84,12 +91,14 @@ pub struct Permit<'a> {
 pub type OwnedPermit = Permit<'static>;
 
 impl<'a> Permit<'a> {
+    /// Hands `grant` to its caller as a permit borrowing `limiter`.
     #[inline]
-    pub(crate) fn borrowed(limiter: &'a Limiter, grant: Grant, unfinished: Outcome) -> Self {
+    pub(super) fn new(limiter: &'a Arc<Shared>, grant: Grant) -> Self {
+        limiter.granted();
         Self {
             holder: Holder::Borrowed(limiter),
             grant,
-            unfinished: Some(unfinished),
+            unfinished: Some(limiter.unfinished()),
         }
     }
 
@@ -102,7 +111,7 @@ impl<'a> Permit<'a> {
     /// ```
     /// use flowguard::vegas::{Fixed, Limiter, Outcome};
     ///
-    /// let limiter = Limiter::new(Fixed::new(4)?)?;
+    /// let limiter = Limiter::builder(Fixed::new(4)?).build()?;
     /// let mut permit = limiter.try_acquire()?;
     /// permit.set_unfinished(Outcome::Dropped); // e.g. the deadline passed
     /// drop(permit); // reports a dropped call: a congestion signal
@@ -147,7 +156,7 @@ impl<'a> Permit<'a> {
         // Taken here so that dropping `self` releases nothing; the new permit takes over.
         let unfinished = self.unfinished.take();
         Permit {
-            holder: Holder::Owned(self.holder.limiter().clone()),
+            holder: Holder::Owned(Arc::clone(self.holder.limiter())),
             grant: self.grant,
             unfinished,
         }

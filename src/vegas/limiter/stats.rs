@@ -1,20 +1,12 @@
 //! RTT statistics (windowed percentiles) and exported metrics.
 //!
-//! Metrics are registered once per limiter with the recorder installed at construction time
-//! (install your `metrics` recorder first), labelled `limiter = <name>`:
-//!
-//! | metric | kind | meaning |
-//! |---|---|---|
-//! | `flowguard_vegas_limit` | gauge | current concurrency limit |
-//! | `flowguard_vegas_in_flight` | gauge | permits held |
-//! | `flowguard_vegas_rtt_seconds` | histogram | RTT of successful calls |
-//! | `flowguard_vegas_outcomes_total` | counter, label `outcome` | completed permits by outcome |
+//! Metric names and labels are listed in the `vegas` module docs ("Metrics").
 
 use std::time::Duration;
 
 use hdrhistogram::Histogram;
 
-use super::algorithm::{Outcome, duration_nanos};
+use crate::vegas::algorithms::{Outcome, duration_nanos};
 
 /// Largest recordable RTT, in microseconds (one hour); longer samples are recorded as this.
 const MAX_RTT_MICROS: u64 = 3_600_000_000;

@@ -9,15 +9,16 @@
 //! Calls made without a partition use the implicit `"default"` partition, whose share is what the
 //! declared partitions leave (1 minus their sum).
 
-use super::error::ConfigError;
+use crate::vegas::error::ConfigError;
 
 /// Name of the implicit partition used by calls that name none.
 pub const DEFAULT_PARTITION: &str = "default";
 
 /// Handle to a partition of a [`Limiter`](super::Limiter), from
-/// [`Limiter::partition`](super::Limiter::partition).
+/// [`Limiter::partition`](super::Limiter::partition); partitions are declared with
+/// [`LimiterBuilder::partition`](super::LimiterBuilder::partition).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct PartitionId(pub(crate) usize);
+pub struct PartitionId(usize);
 
 impl PartitionId {
     /// The implicit default partition.

@@ -1,49 +1,29 @@
 //! The Vegas limit algorithm: keep a small, bounded queue at the dependency.
 
-use super::algorithm::{LimitAlgorithm, LimitBounds, Outcome, Sample, duration_nanos};
+use super::algorithm::{LimitAlgorithm, Outcome, Sample, duration_nanos};
 use super::baseline::{Baseline, CutReference, SampleWindow, WindowSummary, low_percentile};
-use super::error::{ConfigError, check_range};
+use super::bounds::LimitBounds;
+use crate::vegas::error::{ConfigError, check_range};
 
-/// Settings of the [`Vegas`] algorithm. Start from [`VegasConfig::default`].
+/// The settings of a [`Vegas`] algorithm; see [`VegasBuilder`] for what each one does.
 #[derive(Debug, Clone, PartialEq)]
-pub struct VegasConfig {
-    /// Limit range and starting point.
-    pub bounds: LimitBounds,
-    /// Grow while fewer than `alpha` calls are estimated to queue (default 3).
-    pub alpha: f64,
-    /// Shrink while more than `beta` calls are estimated to queue (default 6).
-    pub beta: f64,
-    /// Scale `alpha` and `beta` by `max(1, log10(limit))`, as the well-known Java implementation
-    /// does, so large limits tolerate proportionally larger queues (default on).
-    pub log10_scaling: bool,
-    /// Caps `beta` at this share of the limit and `alpha` at half of it, so small limits do not
-    /// tolerate a queue as long as themselves, in `(0, 1]` (default 0.2). The band is kept at
-    /// least one call wide (up to the configured `beta`), since a queue is a whole number of calls.
-    pub max_queue_share: f64,
-    /// Share of the computed per-round step applied, in `(0, 1]` (default 0.5).
-    pub smoothing: f64,
-    /// Factor applied to the limit on a dropped call, in `(0, 1)` (default 0.5).
-    pub backoff_ratio: f64,
-    /// Growth per round while no queue is measured, as a share of the limit, in `[0, 10]`
-    /// (default 0.25).
-    pub growth_ratio: f64,
-    /// Minimum successful samples per window (windows hold at least half the limit), at least 4
-    /// (default 16).
-    pub baseline_window: usize,
-    /// Rounds (of `limit` samples) between periodic re-learning probes, at least 1 (default 500).
-    pub probe_interval: usize,
-    /// The limit during a probe, as a share of the current limit, in `(0, 1)` (default 0.75).
-    pub probe_ratio: f64,
-    /// Minimum samples at reduced concurrency a probe collects (it takes at least half the probe
-    /// limit), at least 4 (default 16).
-    pub probe_samples: usize,
-    /// Rounds (of `limit` samples) the queue estimate must stay above `beta` before the baseline is
-    /// suspected stale and re-learned by a probe, at least 1 (default 4). A fallback: the window
-    /// after each cut judges the baseline first (see [`Vegas`]).
-    pub stale_rounds: f64,
+struct Settings {
+    bounds: LimitBounds,
+    alpha: f64,
+    beta: f64,
+    log10_scaling: bool,
+    max_queue_share: f64,
+    smoothing: f64,
+    backoff_ratio: f64,
+    growth_ratio: f64,
+    baseline_window: usize,
+    probe_interval: usize,
+    probe_ratio: f64,
+    probe_samples: usize,
+    stale_rounds: f64,
 }
 
-impl Default for VegasConfig {
+impl Default for Settings {
     fn default() -> Self {
         Self {
             bounds: LimitBounds::default(),
@@ -63,9 +43,9 @@ impl Default for VegasConfig {
     }
 }
 
-impl VegasConfig {
+impl Settings {
     /// Checks every setting, naming the first one that cannot work.
-    pub fn validate(&self) -> Result<(), ConfigError> {
+    fn validate(&self) -> Result<(), ConfigError> {
         if !(self.alpha.is_finite() && self.beta.is_finite() && self.alpha >= 0.0)
             || self.alpha >= self.beta
         {
@@ -121,6 +101,123 @@ impl VegasConfig {
             });
         }
         Ok(())
+    }
+}
+
+/// Configures and builds a [`Vegas`] algorithm, from [`Vegas::builder`]. Every setting has a
+/// default (the ones [`Vegas::new`] uses); [`Vegas`] explains what they steer.
+///
+/// ```
+/// use flowguard::vegas::{LimitBounds, Vegas};
+///
+/// let vegas = Vegas::builder()
+///     .bounds(LimitBounds::new(4, 500, 20)?)
+///     .alpha(2.0)
+///     .beta(4.0)
+///     .build()?;
+/// assert!(Vegas::builder().alpha(6.0).beta(3.0).build().is_err()); // alpha must be below beta
+/// # Ok::<(), flowguard::vegas::ConfigError>(())
+/// ```
+#[derive(Debug, Clone, PartialEq)]
+#[must_use = "a builder does nothing until `build` is called"]
+pub struct VegasBuilder {
+    settings: Settings,
+}
+
+impl VegasBuilder {
+    /// Limit range and starting point (default [`LimitBounds::default`]).
+    pub fn bounds(mut self, bounds: LimitBounds) -> Self {
+        self.settings.bounds = bounds;
+        self
+    }
+
+    /// Grow while fewer than `alpha` calls are estimated to queue, at least 0 and below `beta`
+    /// (default 3).
+    pub fn alpha(mut self, alpha: f64) -> Self {
+        self.settings.alpha = alpha;
+        self
+    }
+
+    /// Shrink while more than `beta` calls are estimated to queue, above `alpha` (default 6).
+    pub fn beta(mut self, beta: f64) -> Self {
+        self.settings.beta = beta;
+        self
+    }
+
+    /// Scale `alpha` and `beta` by `max(1, log10(limit))`, as the well-known Java implementation
+    /// does, so large limits tolerate proportionally larger queues (default on).
+    pub fn log10_scaling(mut self, on: bool) -> Self {
+        self.settings.log10_scaling = on;
+        self
+    }
+
+    /// Caps `beta` at this share of the limit and `alpha` at half of it, so small limits do not
+    /// tolerate a queue as long as themselves, in `(0, 1]` (default 0.2). The band is kept at
+    /// least one call wide (up to the configured `beta`), since a queue is a whole number of
+    /// calls.
+    pub fn max_queue_share(mut self, share: f64) -> Self {
+        self.settings.max_queue_share = share;
+        self
+    }
+
+    /// Share of the computed per-round step applied, in `(0, 1]` (default 0.5).
+    pub fn smoothing(mut self, smoothing: f64) -> Self {
+        self.settings.smoothing = smoothing;
+        self
+    }
+
+    /// Factor applied to the limit on a dropped call, in `(0, 1)` (default 0.5).
+    pub fn backoff_ratio(mut self, ratio: f64) -> Self {
+        self.settings.backoff_ratio = ratio;
+        self
+    }
+
+    /// Growth per round while no queue is measured, as a share of the limit, in `[0, 10]`
+    /// (default 0.25).
+    pub fn growth_ratio(mut self, ratio: f64) -> Self {
+        self.settings.growth_ratio = ratio;
+        self
+    }
+
+    /// Minimum successful samples per window (windows hold at least half the limit), at least 4
+    /// (default 16).
+    pub fn baseline_window(mut self, samples: usize) -> Self {
+        self.settings.baseline_window = samples;
+        self
+    }
+
+    /// Rounds (of `limit` samples) between periodic re-learning probes, at least 1
+    /// (default 500).
+    pub fn probe_interval(mut self, rounds: usize) -> Self {
+        self.settings.probe_interval = rounds;
+        self
+    }
+
+    /// The limit during a probe, as a share of the current limit, in `(0, 1)` (default 0.75).
+    pub fn probe_ratio(mut self, ratio: f64) -> Self {
+        self.settings.probe_ratio = ratio;
+        self
+    }
+
+    /// Minimum samples at reduced concurrency a probe collects (it takes at least half the probe
+    /// limit), at least 4 (default 16).
+    pub fn probe_samples(mut self, samples: usize) -> Self {
+        self.settings.probe_samples = samples;
+        self
+    }
+
+    /// Rounds (of `limit` samples) the queue estimate must stay above `beta` before the baseline
+    /// is suspected stale and re-learned by a probe, at least 1 (default 4). A fallback: the
+    /// window after each cut judges the baseline first (see [`Vegas`]).
+    pub fn stale_rounds(mut self, rounds: f64) -> Self {
+        self.settings.stale_rounds = rounds;
+        self
+    }
+
+    /// The algorithm, or the first setting that cannot work.
+    pub fn build(self) -> Result<Vegas, ConfigError> {
+        self.settings.validate()?;
+        Ok(Vegas::with(self.settings))
     }
 }
 
@@ -189,10 +286,10 @@ enum Phase {
 ///   queue or drop is seen it grows by up to the whole limit per round (slow start).
 ///
 /// ```
-/// use flowguard::vegas::{LimitAlgorithm, Outcome, Sample, Vegas, VegasConfig};
+/// use flowguard::vegas::{LimitAlgorithm, Outcome, Sample, Vegas};
 /// use std::time::Duration;
 ///
-/// let mut vegas = Vegas::new(VegasConfig::default())?;
+/// let mut vegas = Vegas::new();
 /// let start = vegas.limit();
 /// // A busy caller whose calls all take 10 ms: no queue, so the limit grows.
 /// for _ in 0..200 {
@@ -204,11 +301,10 @@ enum Phase {
 /// let before = vegas.limit();
 /// vegas.update(&Sample { rtt: Duration::from_millis(1), in_flight: before, outcome: Outcome::Dropped });
 /// assert_eq!(vegas.limit(), before / 2);
-/// # Ok::<(), flowguard::vegas::ConfigError>(())
 /// ```
 #[derive(Debug, Clone)]
 pub struct Vegas {
-    config: VegasConfig,
+    config: Settings,
     estimate: f64,
     /// The limit reported: the rounded estimate, or the probe limit while probing.
     current: usize,
@@ -232,10 +328,22 @@ pub struct Vegas {
 }
 
 impl Vegas {
-    /// A Vegas algorithm with validated settings.
-    pub fn new(config: VegasConfig) -> Result<Self, ConfigError> {
-        config.validate()?;
-        Ok(Self {
+    /// Starts configuring a Vegas algorithm.
+    pub fn builder() -> VegasBuilder {
+        VegasBuilder {
+            settings: Settings::default(),
+        }
+    }
+
+    /// The builder with defaults (`Vegas::builder().build()`, which cannot fail): limits in
+    /// `[1, 1000]` starting at 20, `alpha` 3, `beta` 6, log10 scaling on.
+    pub fn new() -> Self {
+        Self::with(Settings::default())
+    }
+
+    /// A Vegas algorithm with validated `config`.
+    fn with(config: Settings) -> Self {
+        Self {
             estimate: config.bounds.initial() as f64,
             current: config.bounds.initial(),
             window_len: window_len(&config, config.bounds.initial(), false),
@@ -252,12 +360,7 @@ impl Vegas {
             cut_reference: None,
             slow_start: true,
             config,
-        })
-    }
-
-    /// The settings in use.
-    pub fn config(&self) -> &VegasConfig {
-        &self.config
+        }
     }
 
     /// The current unloaded-RTT estimate, once learned.
@@ -468,15 +571,10 @@ impl Vegas {
 }
 
 impl Vegas {
-    /// [`LimitAlgorithm::update`] with the RTT in nanoseconds: what the limiter calls directly
-    /// (no `Duration` round trip, no dynamic dispatch) when its algorithm is a `Vegas`.
+    /// Feeds one completed call, its RTT in nanoseconds (no `Duration` round trip): both
+    /// [`LimitAlgorithm`] methods land here.
     #[inline]
-    pub(crate) fn update_nanos(
-        &mut self,
-        rtt_nanos: u64,
-        in_flight: usize,
-        outcome: Outcome,
-    ) -> usize {
+    fn feed(&mut self, rtt_nanos: u64, in_flight: usize, outcome: Outcome) -> usize {
         self.samples_since_cut = self.samples_since_cut.saturating_add(1);
         let rtt = rtt_nanos.max(1);
         match (outcome, &self.phase) {
@@ -512,7 +610,7 @@ impl Vegas {
 /// Samples per window at limit `current`: at least `baseline_window`, at least half the limit.
 /// The window that judges a cut takes half as many (at least 4): at a small limit it is the one
 /// spent at reduced concurrency, and its low percentile still skips its fastest sample.
-fn window_len(config: &VegasConfig, current: usize, judging_cut: bool) -> usize {
+fn window_len(config: &Settings, current: usize, judging_cut: bool) -> usize {
     let least = if judging_cut {
         (config.baseline_window / 2).max(4)
     } else {
@@ -522,8 +620,15 @@ fn window_len(config: &VegasConfig, current: usize, judging_cut: bool) -> usize 
 }
 
 /// Samples between periodic probes at limit `current`: `probe_interval` rounds of the limit.
-fn probe_after(config: &VegasConfig, current: usize) -> usize {
+fn probe_after(config: &Settings, current: usize) -> usize {
     config.probe_interval.saturating_mul(current)
+}
+
+impl Default for Vegas {
+    /// [`Vegas::new`].
+    fn default() -> Self {
+        Self::new()
+    }
 }
 
 impl LimitAlgorithm for Vegas {
@@ -536,6 +641,11 @@ impl LimitAlgorithm for Vegas {
     }
 
     fn update(&mut self, sample: &Sample) -> usize {
-        self.update_nanos(duration_nanos(sample.rtt), sample.in_flight, sample.outcome)
+        self.feed(duration_nanos(sample.rtt), sample.in_flight, sample.outcome)
+    }
+
+    #[inline]
+    fn update_nanos(&mut self, rtt_nanos: u64, in_flight: usize, outcome: Outcome) -> usize {
+        self.feed(rtt_nanos, in_flight, outcome)
     }
 }
