@@ -8,6 +8,8 @@ pub mod backoff;
 pub mod clock;
 pub mod gcra;
 mod guard;
+#[cfg(feature = "rls")]
+pub mod rls;
 pub mod vegas;
 
 pub use guard::{DEFAULT_ACQUIRE_TIMEOUT, Guard, GuardBuilder, GuardError};
