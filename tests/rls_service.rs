@@ -347,6 +347,11 @@ async fn health_is_served_and_sigterm_stops_cleanly() {
     );
     let status = rls.terminate();
     assert!(status.success(), "{status:?}");
+    // SIGTERM right after the address is printed, before any call: still a clean stop (the
+    // handler is installed before the address is printed).
+    let mut early = shop(&[]);
+    let status = early.terminate();
+    assert!(status.success(), "{status:?}");
 }
 
 #[test]
@@ -376,4 +381,30 @@ fn check_config_validates_and_exits() {
         err.contains("bad.yaml: at descriptors[0].rate_limit.requests_per_unit"),
         "{err}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn what_is_not_supported_is_refused_not_ignored() {
+    use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::RateLimitOverride;
+    let rls = shop(&[]);
+    let mut client = rls.client().await;
+    let mut overridden = request("shop", &[]);
+    let mut d = descriptor(&[("remote_address", "o")]);
+    d.limit = Some(RateLimitOverride {
+        requests_per_unit: 1000,
+        unit: Unit::Second as i32,
+    });
+    overridden.descriptors.push(d);
+    let error = client.should_rate_limit(overridden).await.unwrap_err();
+    assert_eq!(error.code(), tonic::Code::InvalidArgument);
+    assert!(
+        error.message().contains("overrides are not supported"),
+        "{error:?}"
+    );
+    let mut refund = request("shop", &[]);
+    let mut d = descriptor(&[("remote_address", "o")]);
+    d.is_negative_hits = true;
+    refund.descriptors.push(d);
+    let error = client.should_rate_limit(refund).await.unwrap_err();
+    assert_eq!(error.code(), tonic::Code::InvalidArgument);
 }

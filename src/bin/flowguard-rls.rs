@@ -182,6 +182,13 @@ async fn run(args: Args) -> ExitCode {
         .set_serving::<RateLimitServiceServer<RateLimiter>>()
         .await;
 
+    let signal = match shutdown_signal() {
+        Ok(signal) => signal,
+        Err(e) => {
+            eprintln!("flowguard-rls: cannot install the signal handlers: {e}");
+            return ExitCode::from(1);
+        }
+    };
     let listener = match tokio::net::TcpListener::bind(args.listen).await {
         Ok(l) => l,
         Err(e) => {
@@ -195,7 +202,7 @@ async fn run(args: Args) -> ExitCode {
     tracing::info!(%addr, backend = backend.describe(), "flowguard-rls serving");
 
     let shutdown = async move {
-        wait_for_signal().await;
+        signal.await;
         tracing::info!("shutting down: finishing in-flight calls");
         health
             .set_not_serving::<RateLimitServiceServer<RateLimiter>>()
@@ -218,25 +225,25 @@ async fn run(args: Args) -> ExitCode {
     }
 }
 
-/// SIGTERM (what orchestrators send) or Ctrl-C.
-async fn wait_for_signal() {
+/// SIGTERM (what orchestrators send) or Ctrl-C, with the handlers installed at once: a signal
+/// that arrives before the server polls for it still stops it cleanly.
+fn shutdown_signal() -> std::io::Result<impl std::future::Future<Output = ()>> {
     #[cfg(unix)]
     {
         use tokio::signal::unix::{SignalKind, signal};
-        match signal(SignalKind::terminate()) {
-            Ok(mut term) => {
-                tokio::select! {
-                    _ = term.recv() => {}
-                    _ = tokio::signal::ctrl_c() => {}
-                }
+        let mut term = signal(SignalKind::terminate())?;
+        let mut interrupt = signal(SignalKind::interrupt())?;
+        Ok(async move {
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = interrupt.recv() => {}
             }
-            Err(_) => {
-                let _ = tokio::signal::ctrl_c().await;
-            }
-        }
+        })
     }
     #[cfg(not(unix))]
     {
-        let _ = tokio::signal::ctrl_c().await;
+        Ok(async {
+            let _ = tokio::signal::ctrl_c().await;
+        })
     }
 }

@@ -476,3 +476,80 @@ async fn spend_shared(check: &Check<'_>, cost: u64) -> Result<Verdict, BackendEr
         Err(e) => Err(e.into()),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rls::config::Unit;
+
+    fn per_day(n: u32) -> Rate {
+        Rate {
+            requests_per_unit: n,
+            unit: Unit::Day,
+            burst: None,
+        }
+    }
+
+    /// Many threads race requests naming {wide, narrow} against requests naming {narrow} alone.
+    /// `wide` is spent exactly once per allowed pair: no pair ever spends `wide` and is then
+    /// denied on `narrow` (which a peek-then-spend without the key locks would allow).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn in_memory_a_denied_request_never_spends_under_contention() {
+        let backend = Arc::new(
+            Backend::open(&StoreConfig::Memory { max_keys: 1024 })
+                .await
+                .unwrap(),
+        );
+        // One token back every 8,640 s: nothing comes back while the test runs.
+        let wide = backend
+            .limiter(&Rate {
+                requests_per_unit: 10,
+                unit: Unit::Day,
+                burst: Some(5000),
+            })
+            .unwrap();
+        let narrow = backend.limiter(&per_day(200)).unwrap();
+        let mut tasks = Vec::new();
+        for task in 0..8 {
+            let (backend, wide, narrow) = (backend.clone(), wide.clone(), narrow.clone());
+            tasks.push(tokio::spawn(async move {
+                let mut pairs_allowed = 0u32;
+                for _ in 0..200 {
+                    let pair = [
+                        Check {
+                            limiter: &wide,
+                            key: b"w",
+                            cost: 1,
+                            enforce: true,
+                        },
+                        Check {
+                            limiter: &narrow,
+                            key: b"n",
+                            cost: 1,
+                            enforce: true,
+                        },
+                    ];
+                    let checks = if task % 2 == 0 { &pair[..] } else { &pair[1..] };
+                    let verdicts = backend.decide(checks).await.unwrap();
+                    if task % 2 == 0 && verdicts.iter().all(|v| v.allowed) {
+                        pairs_allowed += 1;
+                    }
+                }
+                pairs_allowed
+            }));
+        }
+        let mut pairs_allowed = 0;
+        for t in tasks {
+            pairs_allowed += t.await.unwrap();
+        }
+        let peek = [Check {
+            limiter: &wide,
+            key: b"w",
+            cost: 0,
+            enforce: true,
+        }];
+        let left = backend.decide(&peek).await.unwrap()[0].remaining;
+        assert_eq!(5000 - left, pairs_allowed);
+        assert!(pairs_allowed > 0);
+    }
+}

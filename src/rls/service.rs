@@ -200,6 +200,12 @@ fn plan_descriptors<'r>(
         .descriptors
         .iter()
         .map(|descriptor| {
+            if descriptor.limit.is_some() {
+                return Err(Status::invalid_argument(
+                    "descriptor limit overrides are not supported by flowguard-rls: configure the \
+                     limit in the service's configuration instead",
+                ));
+            }
             if descriptor.is_negative_hits {
                 return Err(Status::invalid_argument(
                     "is_negative_hits is not supported: flowguard-rls does not refund tokens",
