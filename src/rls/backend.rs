@@ -2,7 +2,7 @@
 //! `crate::gcra` lives here; the rest of the service speaks [`Verdict`]s.
 //!
 //! * Memory: one [`KeyedRateLimiter`] per distinct rate. A request's descriptors are decided under
-//!   locks of every key involved (striped), so the [plan](super::plan) is atomic: a denied request
+//!   locks of every key involved (striped), so the [`plan`] is atomic: a denied request
 //!   spends nothing, whatever other requests run at the same time.
 //! * Redis / Redis Cluster: one [`RedisRateLimiter`] per distinct rate over one [`RedisStore`].
 //!   With [`OnFailure::Unavailable`] the raw store is called and an unreachable store is an error
@@ -328,7 +328,7 @@ impl Backend {
         Ok(limiter)
     }
 
-    /// Decides a request's descriptors (see [`plan`](super::plan)); one verdict per check.
+    /// Decides a request's descriptors (see [`plan`]); one verdict per check.
     pub async fn decide(&self, checks: &[Check<'_>]) -> Result<Vec<Verdict>, BackendError> {
         let items = items(checks);
         let memory = matches!(self.kind, Kind::Memory { .. });

@@ -370,10 +370,10 @@ pub fn parse_domain(file: &Path, text: &str) -> Result<DomainConfig, ConfigError
     let raw: RawFile = serde_norway::from_str(text).map_err(|e| {
         // serde_norway prefixes the path inside the document ("descriptors[0].rate_limit: ...").
         let mut problem = e.to_string();
-        if let Some(at) = e.location() {
-            if !problem.contains(" at line ") {
-                problem = format!("{problem} (line {}, column {})", at.line(), at.column());
-            }
+        if let Some(at) = e.location()
+            && !problem.contains(" at line ")
+        {
+            problem = format!("{problem} (line {}, column {})", at.line(), at.column());
         }
         ConfigError::new(
             file,
@@ -465,7 +465,7 @@ fn parse_level(
                 let list = level.prefix.entry(key.clone()).or_default();
                 let dup = list.iter().any(|(q, _)| q == p);
                 list.push((p.clone(), index));
-                list.sort_by(|a, b| b.0.len().cmp(&a.0.len()));
+                list.sort_by_key(|(prefix, _)| std::cmp::Reverse(prefix.len()));
                 dup
             }
         };

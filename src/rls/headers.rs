@@ -79,10 +79,11 @@ pub fn response_headers(
             ("x-ratelimit-reset", reset.to_string()),
         ],
     };
-    if over_limit && style == HeaderStyle::Ietf {
-        if let Some(retry) = v.retry_after {
-            out.push(("retry-after", ceil_secs(retry).to_string()));
-        }
+    if over_limit
+        && style == HeaderStyle::Ietf
+        && let Some(retry) = v.retry_after
+    {
+        out.push(("retry-after", ceil_secs(retry).to_string()));
     }
     out
 }

@@ -13,7 +13,7 @@ use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimit
 use envoy_types::pb::google::protobuf::Duration as PbDuration;
 use tonic::{Request, Response, Status};
 
-use super::backend::{Backend, Check};
+use super::backend::{Backend, Check, Limiter};
 use super::config::{Limit, LimitRule, Lookup, Rate, Unit};
 use super::headers::{Described, HeaderStyle, response_headers};
 use super::key::limiter_key;
@@ -42,6 +42,8 @@ enum Plan<'r> {
     Unlimited(&'r LimitRule),
     Limited {
         rule: &'r LimitRule,
+        rate: Rate,
+        limiter: &'r Limiter,
         key: Vec<u8>,
         cost: u64,
         check: usize,
@@ -81,9 +83,13 @@ impl RateLimiter {
             .iter()
             .filter_map(|p| match p {
                 Plan::Limited {
-                    rule, key, cost, ..
+                    rule,
+                    limiter,
+                    key,
+                    cost,
+                    ..
                 } => Some(Check {
-                    limiter: rules.limiter(rule)?,
+                    limiter,
                     key,
                     cost: *cost,
                     enforce: !rule.shadow_mode,
@@ -132,7 +138,9 @@ impl RateLimiter {
                         ..Default::default()
                     }
                 }
-                Plan::Limited { rule, check, .. } => {
+                Plan::Limited {
+                    rule, rate, check, ..
+                } => {
                     let verdict = &verdicts[*check];
                     let outcome = match (verdict.allowed, rule.shadow_mode) {
                         (true, _) => "ok",
@@ -155,12 +163,9 @@ impl RateLimiter {
                         verdict,
                         enforce: !rule.shadow_mode,
                     });
-                    let Limit::Rate(rate) = rule.limit else {
-                        unreachable!("only rules with a rate are limited")
-                    };
                     DescriptorStatus {
                         code: if denied { Code::OverLimit } else { Code::Ok } as i32,
-                        current_limit: Some(current_limit(rule, &rate)),
+                        current_limit: Some(current_limit(rule, rate)),
                         limit_remaining: verdict.remaining,
                         duration_until_reset: Some(pb_duration(verdict.reset_after)),
                         quota: None,
@@ -221,11 +226,19 @@ fn plan_descriptors<'r>(
                 Lookup::UnknownDomain | Lookup::NoRule => Plan::NoRule,
                 Lookup::Rule(rule) => match rule.limit {
                     Limit::Unlimited => Plan::Unlimited(rule),
-                    Limit::Rate(_) => {
+                    Limit::Rate(rate) => {
+                        let limiter = rules.limiter(rule).ok_or_else(|| {
+                            Status::internal(format!(
+                                "rule at {} has no limiter: the configuration was not compiled",
+                                rule.location
+                            ))
+                        })?;
                         let check = checks;
                         checks += 1;
                         Plan::Limited {
                             rule,
+                            rate,
+                            limiter,
                             key: limiter_key(&request.domain, entries()),
                             cost: descriptor
                                 .hits_addend
