@@ -7,7 +7,7 @@ mod support;
 
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use rls_support::{Rls, ask, code, request};
-use support::RedisServer;
+use support::{RedisCluster, RedisServer};
 
 const API: &str = "
 domain: api
@@ -150,4 +150,34 @@ async fn two_tier_spends_reserved_batches_within_the_global_quota() {
     let allowed = codes.iter().filter(|c| **c == Code::Ok).count();
     assert_eq!(allowed, 4, "{codes:?}");
     assert_eq!(codes[4..], [Code::OverLimit, Code::OverLimit]);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn two_instances_on_one_redis_cluster_share_a_quota() {
+    let cluster = RedisCluster::start();
+    let urls = cluster.urls();
+    let mut args: Vec<&str> = Vec::new();
+    for url in &urls[..2] {
+        args.extend(["--redis", url.as_str()]);
+    }
+    args.extend(["--redis-cluster", "--redis-timeout-ms", "500"]);
+    let (a, b) = (
+        Rls::start(&[("api.yaml", API)], &args),
+        Rls::start(&[("api.yaml", API)], &args),
+    );
+    let (mut ca, mut cb) = (a.client().await, b.client().await);
+    // Several clients, each key in its own hash slot; every client's quota is shared.
+    for client in ["c1", "c2", "c3", "c4"] {
+        let req = request("api", &[&[("client", client)]]);
+        for i in 0..4 {
+            let c = if i % 2 == 0 { &mut ca } else { &mut cb };
+            assert_eq!(code(&ask(c, req.clone()).await), Code::Ok, "{client} {i}");
+        }
+        assert_eq!(
+            code(&ask(&mut ca, req.clone()).await),
+            Code::OverLimit,
+            "{client}"
+        );
+        assert_eq!(code(&ask(&mut cb, req).await), Code::OverLimit, "{client}");
+    }
 }
