@@ -9,6 +9,8 @@ pub mod clock;
 pub mod gcra;
 mod guard;
 pub mod headers;
+#[cfg(feature = "rls")]
+pub mod rls;
 pub mod vegas;
 
 pub use guard::{DEFAULT_ACQUIRE_TIMEOUT, Guard, GuardBuilder, GuardError};

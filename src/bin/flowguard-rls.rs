@@ -1,0 +1,249 @@
+//! `flowguard-rls`: a global rate limit service for Envoy on flowguard's GCRA.
+//!
+//! ```text
+//! flowguard-rls --config FILE_OR_DIR [--config ...] [--listen 127.0.0.1:8081] [--redis URL]
+//! ```
+//!
+//! Prints `listening on ADDR` on stdout once it serves (`--listen 127.0.0.1:0` picks a free port).
+//! Exit codes: 0 after a clean shutdown (SIGTERM or Ctrl-C: in-flight calls finish), 1 on a
+//! runtime failure, 2 on an invalid configuration or arguments.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::{Parser, ValueEnum};
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitServiceServer;
+use flowguard::rls::backend::{Backend, OnFailure, RedisConfig, StoreConfig};
+use flowguard::rls::headers::HeaderStyle;
+use flowguard::rls::reload::{Reloader, load};
+use flowguard::rls::rules::Rules;
+use flowguard::rls::service::RateLimiter;
+use flowguard::rls::source::ConfigSource;
+use tonic::transport::server::TcpIncoming;
+
+/// A global rate limit service for Envoy (envoy.service.ratelimit.v3) on flowguard's GCRA.
+#[derive(Parser, Debug)]
+#[command(name = "flowguard-rls", version)]
+struct Args {
+    /// A configuration file, or a directory of .yaml/.yml files (one domain each). Repeatable.
+    #[arg(long = "config", required = true, value_name = "PATH")]
+    configs: Vec<PathBuf>,
+    /// The gRPC address to serve on (port 0 picks a free port; the address is printed).
+    #[arg(long, default_value = "127.0.0.1:8081")]
+    listen: SocketAddr,
+    /// Keep quotas in Redis (shared by every instance with the same prefix); repeat with
+    /// --redis-cluster for several cluster nodes. Without it, quotas live in this process.
+    #[arg(long = "redis", value_name = "URL")]
+    redis: Vec<String>,
+    /// The --redis URLs are Redis Cluster nodes.
+    #[arg(long, requires = "redis")]
+    redis_cluster: bool,
+    /// Key prefix in Redis.
+    #[arg(long, default_value = "flowguard-rls:")]
+    redis_prefix: String,
+    /// Per-call Redis timeout in milliseconds (default: the store's, 50 ms).
+    #[arg(long, value_name = "MS")]
+    redis_timeout_ms: Option<u64>,
+    /// What to answer when Redis does not: `unavailable` (gRPC UNAVAILABLE, Envoy's
+    /// failure_mode_deny decides), `fail-open`, `fail-closed`, `local-share=F` (decide locally
+    /// with a fraction F of each quota) or `local-instances=N` (one of N equal shares).
+    #[arg(long, default_value = "unavailable", value_parser = parse_on_failure)]
+    on_redis_failure: OnFailure,
+    /// Two-tier mode: reserve this many tokens from Redis at a time and spend them locally.
+    #[arg(long, requires = "redis", value_name = "TOKENS")]
+    two_tier_batch: Option<u32>,
+    /// The most keys tracked per distinct rate by the in-memory store.
+    #[arg(long, default_value_t = flowguard::gcra::DEFAULT_MAX_KEYS)]
+    max_keys: usize,
+    /// Rate-limit headers to add to responses.
+    #[arg(long, value_enum, default_value = "off")]
+    response_headers: Headers,
+    /// How often the configuration files are read for changes, in milliseconds.
+    #[arg(long, default_value_t = 1000, value_name = "MS")]
+    reload_interval_ms: u64,
+    /// Validate the configuration, print a summary and exit (0 valid, 2 invalid).
+    #[arg(long)]
+    check_config: bool,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum Headers {
+    Off,
+    Ietf,
+    Legacy,
+}
+
+fn parse_on_failure(text: &str) -> Result<OnFailure, String> {
+    let bad_number = |what: &str| format!("{what}: expected a number in {text:?}");
+    match text.split_once('=') {
+        None => match text {
+            "unavailable" => Ok(OnFailure::Unavailable),
+            "fail-open" => Ok(OnFailure::FailOpen),
+            "fail-closed" => Ok(OnFailure::FailClosed),
+            _ => Err(format!(
+                "unknown policy {text:?}: use unavailable, fail-open, fail-closed, \
+                 local-share=F or local-instances=N"
+            )),
+        },
+        Some(("local-share", f)) => match f.parse::<f64>() {
+            Ok(share) if share > 0.0 && share <= 1.0 => Ok(OnFailure::LocalShare(share)),
+            Ok(_) => Err("local-share must lie in (0, 1]".into()),
+            Err(_) => Err(bad_number("local-share")),
+        },
+        Some(("local-instances", n)) => match n.parse::<u32>() {
+            Ok(n) if n >= 1 => Ok(OnFailure::LocalInstances(n)),
+            Ok(_) => Err("local-instances must be at least 1".into()),
+            Err(_) => Err(bad_number("local-instances")),
+        },
+        Some((other, _)) => Err(format!(
+            "unknown policy {other:?}: use local-share=F or local-instances=N"
+        )),
+    }
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("flowguard-rls: cannot start the runtime: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    runtime.block_on(run(args))
+}
+
+async fn run(args: Args) -> ExitCode {
+    let source = ConfigSource::new(args.configs.clone());
+    let store = if args.check_config || args.redis.is_empty() {
+        StoreConfig::Memory {
+            max_keys: args.max_keys,
+        }
+    } else {
+        StoreConfig::Redis(RedisConfig {
+            urls: args.redis.clone(),
+            cluster: args.redis_cluster,
+            prefix: args.redis_prefix.clone(),
+            timeout: args.redis_timeout_ms.map(Duration::from_millis),
+            on_failure: args.on_redis_failure,
+            two_tier_batch: args.two_tier_batch,
+        })
+    };
+    let backend = match Backend::open(&store).await {
+        Ok(b) => Arc::new(b),
+        Err(e) => {
+            eprintln!("flowguard-rls: cannot open the store: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let (snapshot, rules) = match load(&source, &backend) {
+        Ok(loaded) => loaded,
+        Err(e) => {
+            eprintln!("flowguard-rls: invalid configuration: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    if args.check_config {
+        let files: Vec<_> = snapshot.files().map(|p| p.display().to_string()).collect();
+        println!(
+            "configuration ok: {} domain(s), {} rule(s) in {}",
+            rules.config().domains().count(),
+            rules.config().rule_count(),
+            files.join(", ")
+        );
+        return ExitCode::SUCCESS;
+    }
+    let rules = Rules::new(rules);
+    let reloader = Reloader::new(source, snapshot);
+    let interval = Duration::from_millis(args.reload_interval_ms.max(1));
+    tokio::spawn(reloader.run(interval, backend.clone(), rules.clone()));
+
+    let headers = match args.response_headers {
+        Headers::Off => HeaderStyle::Off,
+        Headers::Ietf => HeaderStyle::Ietf,
+        Headers::Legacy => HeaderStyle::Legacy,
+    };
+    let service = RateLimiter::new(rules, backend.clone(), headers);
+    let (health, health_service) = tonic_health::server::health_reporter();
+    health
+        .set_serving::<RateLimitServiceServer<RateLimiter>>()
+        .await;
+
+    let signal = match shutdown_signal() {
+        Ok(signal) => signal,
+        Err(e) => {
+            eprintln!("flowguard-rls: cannot install the signal handlers: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    let listener = match tokio::net::TcpListener::bind(args.listen).await {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!("flowguard-rls: cannot listen on {}: {e}", args.listen);
+            return ExitCode::from(1);
+        }
+    };
+    let addr = listener.local_addr().unwrap_or(args.listen);
+    let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
+    println!("listening on {addr}");
+    tracing::info!(%addr, backend = backend.describe(), "flowguard-rls serving");
+
+    let shutdown = async move {
+        signal.await;
+        tracing::info!("shutting down: finishing in-flight calls");
+        health
+            .set_not_serving::<RateLimitServiceServer<RateLimiter>>()
+            .await;
+    };
+    let served = tonic::transport::Server::builder()
+        .add_service(health_service)
+        .add_service(RateLimitServiceServer::new(service))
+        .serve_with_incoming_shutdown(incoming, shutdown)
+        .await;
+    match served {
+        Ok(()) => {
+            tracing::info!("stopped");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("flowguard-rls: server failed: {e}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+/// SIGTERM (what orchestrators send) or Ctrl-C, with the handlers installed at once: a signal
+/// that arrives before the server polls for it still stops it cleanly.
+fn shutdown_signal() -> std::io::Result<impl std::future::Future<Output = ()>> {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        let mut term = signal(SignalKind::terminate())?;
+        let mut interrupt = signal(SignalKind::interrupt())?;
+        Ok(async move {
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = interrupt.recv() => {}
+            }
+        })
+    }
+    #[cfg(not(unix))]
+    {
+        Ok(async {
+            let _ = tokio::signal::ctrl_c().await;
+        })
+    }
+}

@@ -1,0 +1,555 @@
+//! The one adapter between `flowguard-rls` and flowguard's GCRA stores: every call into
+//! `crate::gcra` lives here; the rest of the service speaks [`Verdict`]s.
+//!
+//! * Memory: one [`KeyedRateLimiter`] per distinct rate. A request's descriptors are decided under
+//!   locks of every key involved (striped), so the [`plan`] is atomic: a denied request
+//!   spends nothing, whatever other requests run at the same time.
+//! * Redis / Redis Cluster: one [`RedisRateLimiter`] per distinct rate over one [`RedisStore`].
+//!   With [`OnFailure::Unavailable`] the raw store is called and an unreachable store is an error
+//!   (the service answers gRPC `UNAVAILABLE`); otherwise the store's [`FailurePolicy`] answers.
+//! * Two-tier: a [`TwoTierLimiter`] over the Redis limiter; its reservoir is not a global view,
+//!   so descriptors are spent independently (no peek).
+
+use std::collections::HashMap;
+use std::hash::BuildHasher;
+use std::sync::Arc;
+use std::time::Duration;
+
+use parking_lot::Mutex;
+
+use super::config::Rate;
+use super::plan::{self, AfterPeek, Item, Start, Verdict};
+use crate::gcra::redis::{FailurePolicy, RedisRateLimiter, RedisStore};
+use crate::gcra::two_tier::{TwoTierConfig, TwoTierLimiter};
+use crate::gcra::{BoxFuture, Decision, GcraError, KeyedRateLimiter, Quota, RateLimitStore};
+
+/// Lock stripes of the in-memory backend.
+const STRIPES: usize = 1024;
+
+/// Where quotas live.
+#[derive(Clone, Debug)]
+pub enum StoreConfig {
+    /// In this process only.
+    Memory {
+        /// The most keys tracked per distinct rate.
+        max_keys: usize,
+    },
+    /// In Redis, shared by every instance using the same prefix.
+    Redis(RedisConfig),
+}
+
+/// How to reach Redis and what to do when it does not answer.
+#[derive(Clone, Debug)]
+pub struct RedisConfig {
+    /// One URL (standalone) or the URLs of some cluster nodes.
+    pub urls: Vec<String>,
+    /// Whether the URLs are Redis Cluster nodes.
+    pub cluster: bool,
+    /// Key prefix (must not open a `{` hash tag it does not close).
+    pub prefix: String,
+    /// Per-call timeout; `None` is the store's default.
+    pub timeout: Option<Duration>,
+    /// What to answer when Redis does not.
+    pub on_failure: OnFailure,
+    /// Two-tier mode: reserve this many tokens at a time and spend them locally.
+    pub two_tier_batch: Option<u32>,
+}
+
+/// What the service answers when the shared store does not.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum OnFailure {
+    /// gRPC `UNAVAILABLE`: Envoy's `failure_mode_deny` decides.
+    Unavailable,
+    /// Allow (OK).
+    FailOpen,
+    /// Deny (OVER_LIMIT).
+    FailClosed,
+    /// Decide locally with this fraction of each quota.
+    LocalShare(f64),
+    /// Decide locally with one of this many equal shares of each quota.
+    LocalInstances(u32),
+}
+
+/// Why the backend could not decide.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum BackendError {
+    /// The store did not answer in time or the connection failed.
+    Unavailable(String),
+    /// The in-memory store is full of live keys.
+    Full(String),
+    /// The store refused the call or holds foreign data at a key.
+    Rejected(String),
+}
+
+impl BackendError {
+    /// A short label for metrics.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            BackendError::Unavailable(_) => "unavailable",
+            BackendError::Full(_) => "full",
+            BackendError::Rejected(_) => "rejected",
+        }
+    }
+}
+
+impl std::fmt::Display for BackendError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            BackendError::Unavailable(r) | BackendError::Full(r) | BackendError::Rejected(r) => {
+                f.write_str(r)
+            }
+        }
+    }
+}
+
+impl std::error::Error for BackendError {}
+
+impl From<GcraError> for BackendError {
+    fn from(e: GcraError) -> Self {
+        match e {
+            GcraError::StoreUnavailable { .. } => BackendError::Unavailable(e.to_string()),
+            GcraError::KeyLimitReached { .. } => BackendError::Full(e.to_string()),
+            _ => BackendError::Rejected(e.to_string()),
+        }
+    }
+}
+
+/// A quota's limiter, shared by every rule with the same rate. Cheap to clone.
+#[derive(Clone)]
+pub struct Limiter(Arc<LimiterInner>);
+
+struct LimiterInner {
+    id: usize,
+    burst: u32,
+    interval: Duration,
+    engine: Engine,
+}
+
+enum Engine {
+    Memory(KeyedRateLimiter<Vec<u8>>),
+    /// The raw store: an unavailable store is an error.
+    Raw(RedisRateLimiter),
+    /// The limiter with the store's failure policy.
+    Policy(RedisRateLimiter),
+    TwoTier(TwoTierLimiter<Arc<dyn RateLimitStore>>),
+}
+
+impl Limiter {
+    /// The burst `B`.
+    pub fn burst(&self) -> u32 {
+        self.0.burst
+    }
+}
+
+impl std::fmt::Debug for Limiter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Limiter")
+            .field("burst", &self.0.burst)
+            .field("interval", &self.0.interval)
+            .finish_non_exhaustive()
+    }
+}
+
+/// One descriptor to decide: its limiter, its key, its cost, and whether it is enforced.
+#[derive(Clone, Copy, Debug)]
+pub struct Check<'a> {
+    /// The rule's limiter.
+    pub limiter: &'a Limiter,
+    /// The limiter key (domain and descriptor path).
+    pub key: &'a [u8],
+    /// Tokens asked for.
+    pub cost: u64,
+    /// `false` in shadow mode.
+    pub enforce: bool,
+}
+
+/// The raw Redis store as a [`RateLimitStore`] that reports an unavailable store as an error
+/// (for two-tier reservations in [`OnFailure::Unavailable`] mode).
+struct RawStore(RedisRateLimiter);
+
+impl RateLimitStore for RawStore {
+    fn check<'a>(&'a self, key: &'a [u8], cost: u32) -> BoxFuture<'a, Result<Decision, GcraError>> {
+        Box::pin(async move {
+            let limiter = &self.0;
+            let answer = limiter
+                .store()
+                .check(key, limiter.redis_quota(), cost)
+                .await?;
+            Ok(answer.decision)
+        })
+    }
+
+    fn quota(&self) -> Quota {
+        *self.0.quota()
+    }
+}
+
+enum Kind {
+    Memory {
+        max_keys: usize,
+    },
+    Redis {
+        store: RedisStore,
+        raw: bool,
+        two_tier_batch: Option<u32>,
+    },
+}
+
+/// Builds limiters for rates and decides requests against them.
+pub struct Backend {
+    kind: Kind,
+    limiters: Mutex<HashMap<Rate, Limiter>>,
+    stripes: Box<[Mutex<()>]>,
+    hasher: hashbrown::DefaultHashBuilder,
+}
+
+impl std::fmt::Debug for Backend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.describe())
+    }
+}
+
+impl Backend {
+    /// Opens the store. Redis is connected lazily: the service starts while Redis is down, and
+    /// calls made before it answers fail (or are answered by the failure policy).
+    pub async fn open(config: &StoreConfig) -> Result<Backend, String> {
+        let kind = match config {
+            StoreConfig::Memory { max_keys } => Kind::Memory {
+                max_keys: *max_keys,
+            },
+            StoreConfig::Redis(redis) => {
+                let mut builder = if redis.cluster {
+                    RedisStore::cluster(redis.urls.iter().cloned())
+                } else {
+                    let url = match redis.urls.as_slice() {
+                        [url] => url.clone(),
+                        _ => {
+                            return Err(
+                                "give exactly one Redis URL, or --redis-cluster with node URLs"
+                                    .into(),
+                            );
+                        }
+                    };
+                    RedisStore::standalone(url)
+                };
+                builder = builder.prefix(redis.prefix.as_bytes());
+                if let Some(timeout) = redis.timeout {
+                    builder = builder.timeout(timeout);
+                }
+                let policy = match redis.on_failure {
+                    OnFailure::Unavailable | OnFailure::FailClosed => FailurePolicy::FailClosed,
+                    OnFailure::FailOpen => FailurePolicy::FailOpen,
+                    OnFailure::LocalShare(share) => FailurePolicy::local_share(share),
+                    OnFailure::LocalInstances(n) => FailurePolicy::local_instances(n),
+                };
+                let store = builder
+                    .failure_policy(policy)
+                    .connect_lazy()
+                    .await
+                    .map_err(|e| e.to_string())?;
+                Kind::Redis {
+                    store,
+                    raw: redis.on_failure == OnFailure::Unavailable,
+                    two_tier_batch: redis.two_tier_batch,
+                }
+            }
+        };
+        Ok(Backend {
+            kind,
+            limiters: Mutex::new(HashMap::new()),
+            stripes: (0..STRIPES).map(|_| Mutex::new(())).collect(),
+            hasher: hashbrown::DefaultHashBuilder::default(),
+        })
+    }
+
+    /// What the backend is, for logs.
+    pub fn describe(&self) -> &'static str {
+        match &self.kind {
+            Kind::Memory { .. } => "memory",
+            Kind::Redis {
+                two_tier_batch: Some(_),
+                ..
+            } => "redis (two-tier)",
+            Kind::Redis { .. } => "redis",
+        }
+    }
+
+    /// The limiter for `rate`, created on first use and kept for the life of the backend, so a
+    /// reloaded configuration keeps the state of the rates it keeps. The error says what to change.
+    pub fn limiter(&self, rate: &Rate) -> Result<Limiter, String> {
+        let mut limiters = self.limiters.lock();
+        if let Some(limiter) = limiters.get(rate) {
+            return Ok(limiter.clone());
+        }
+        let quota = Quota::new(rate.requests_per_unit, rate.unit.period())
+            .and_then(|q| match rate.burst {
+                Some(burst) => q.with_burst(burst),
+                None => Ok(q),
+            })
+            .map_err(|e| e.to_string())?;
+        let engine = match &self.kind {
+            Kind::Memory { max_keys } => Engine::Memory(
+                KeyedRateLimiter::builder(quota)
+                    .max_keys(*max_keys)
+                    .build()
+                    .map_err(|e| e.to_string())?,
+            ),
+            Kind::Redis {
+                store,
+                raw,
+                two_tier_batch,
+            } => {
+                let limiter =
+                    RedisRateLimiter::new(store.clone(), quota).map_err(|e| e.to_string())?;
+                match two_tier_batch {
+                    Some(batch) => {
+                        let shared: Arc<dyn RateLimitStore> = if *raw {
+                            Arc::new(RawStore(limiter))
+                        } else {
+                            Arc::new(limiter)
+                        };
+                        Engine::TwoTier(
+                            TwoTierLimiter::new(shared, TwoTierConfig::new(*batch))
+                                .map_err(|e| format!("two-tier batch: {e}"))?,
+                        )
+                    }
+                    None if *raw => Engine::Raw(limiter),
+                    None => Engine::Policy(limiter),
+                }
+            }
+        };
+        let limiter = Limiter(Arc::new(LimiterInner {
+            id: limiters.len(),
+            burst: quota.burst(),
+            interval: quota.emission_interval(),
+            engine,
+        }));
+        limiters.insert(*rate, limiter.clone());
+        Ok(limiter)
+    }
+
+    /// Decides a request's descriptors (see [`plan`]); one verdict per check.
+    pub async fn decide(&self, checks: &[Check<'_>]) -> Result<Vec<Verdict>, BackendError> {
+        let items = items(checks);
+        let memory = matches!(self.kind, Kind::Memory { .. });
+        if memory {
+            return self.decide_in_memory(checks, &items);
+        }
+        let can_peek = !checks
+            .iter()
+            .any(|c| matches!(c.limiter.0.engine, Engine::TwoTier(_)));
+        match plan::start(&items, can_peek) {
+            Start::Spend => {
+                let mut out = Vec::with_capacity(checks.len());
+                for check in checks {
+                    out.push(spend_shared(check, check.cost).await?);
+                }
+                Ok(out)
+            }
+            Start::Peek => {
+                let mut peeks = Vec::with_capacity(checks.len());
+                for check in checks {
+                    peeks.push(spend_shared(check, 0).await?);
+                }
+                match plan::after_peek(&items, &peeks) {
+                    AfterPeek::Deny(answers) => Ok(answers),
+                    AfterPeek::Spend { spend, mut answers } => {
+                        for i in spend {
+                            answers[i] = spend_shared(&checks[i], checks[i].cost).await?;
+                        }
+                        Ok(answers)
+                    }
+                }
+            }
+        }
+    }
+
+    fn decide_in_memory(
+        &self,
+        checks: &[Check<'_>],
+        items: &[Item],
+    ) -> Result<Vec<Verdict>, BackendError> {
+        let mut stripes: Vec<usize> = checks
+            .iter()
+            .map(|c| (self.hasher.hash_one((c.limiter.0.id, c.key)) as usize) % STRIPES)
+            .collect();
+        stripes.sort_unstable();
+        stripes.dedup();
+        // Locks taken in stripe order: no two requests can wait on each other.
+        let _guards: Vec<_> = stripes.iter().map(|&s| self.stripes[s].lock()).collect();
+        match plan::start(items, true) {
+            Start::Spend => checks.iter().map(|c| spend_memory(c, c.cost)).collect(),
+            Start::Peek => {
+                let peeks = checks
+                    .iter()
+                    .map(|c| spend_memory(c, 0))
+                    .collect::<Result<Vec<_>, _>>()?;
+                match plan::after_peek(items, &peeks) {
+                    AfterPeek::Deny(answers) => Ok(answers),
+                    AfterPeek::Spend { spend, mut answers } => {
+                        for i in spend {
+                            answers[i] = spend_memory(&checks[i], checks[i].cost)?;
+                        }
+                        Ok(answers)
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn items(checks: &[Check<'_>]) -> Vec<Item> {
+    checks
+        .iter()
+        .enumerate()
+        .map(|(i, c)| Item {
+            cost: c.cost,
+            burst: c.limiter.burst(),
+            enforce: c.enforce,
+            same_key_as: checks[..i]
+                .iter()
+                .position(|o| Arc::ptr_eq(&o.limiter.0, &c.limiter.0) && o.key == c.key),
+        })
+        .collect()
+}
+
+fn verdict(limiter: &LimiterInner, d: &Decision) -> Verdict {
+    Verdict {
+        allowed: d.allowed,
+        limit: d.limit,
+        remaining: d.remaining,
+        reset_after: d.reset_after,
+        retry_after: d.retry_after,
+        interval: limiter.interval,
+        degraded: d.degraded.is_some(),
+    }
+}
+
+/// A cost no store can ever grant (above the burst): denied, with no retry time.
+fn never(limiter: &LimiterInner) -> Verdict {
+    Verdict {
+        allowed: false,
+        limit: limiter.burst,
+        remaining: 0,
+        reset_after: Duration::ZERO,
+        retry_after: None,
+        interval: limiter.interval,
+        degraded: false,
+    }
+}
+
+fn spend_memory(check: &Check<'_>, cost: u64) -> Result<Verdict, BackendError> {
+    let limiter = &check.limiter.0;
+    let Engine::Memory(keyed) = &limiter.engine else {
+        return Err(BackendError::Rejected(
+            "an in-memory decision reached a shared limiter".into(),
+        ));
+    };
+    let Ok(cost) = u32::try_from(cost) else {
+        return Ok(never(limiter));
+    };
+    match keyed.check_key_n(check.key, cost) {
+        Ok(d) => Ok(verdict(limiter, &d)),
+        Err(GcraError::InsufficientCapacity { .. }) => Ok(never(limiter)),
+        Err(e) => Err(e.into()),
+    }
+}
+
+async fn spend_shared(check: &Check<'_>, cost: u64) -> Result<Verdict, BackendError> {
+    let limiter = &check.limiter.0;
+    let Ok(cost) = u32::try_from(cost) else {
+        return Ok(never(limiter));
+    };
+    let decided = match &limiter.engine {
+        Engine::Memory(keyed) => keyed.check_key_n(check.key, cost),
+        Engine::Raw(redis) => redis
+            .store()
+            .check(check.key, redis.redis_quota(), cost)
+            .await
+            .map(|answer| answer.decision),
+        Engine::Policy(redis) => redis.check_key_n(check.key, cost).await,
+        Engine::TwoTier(two_tier) => two_tier.check(check.key, cost).await,
+    };
+    match decided {
+        Ok(d) => Ok(verdict(limiter, &d)),
+        Err(GcraError::InsufficientCapacity { .. }) => Ok(never(limiter)),
+        Err(e) => Err(e.into()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rls::config::Unit;
+
+    fn per_day(n: u32) -> Rate {
+        Rate {
+            requests_per_unit: n,
+            unit: Unit::Day,
+            burst: None,
+        }
+    }
+
+    /// Many threads race requests naming {wide, narrow} against requests naming {narrow} alone.
+    /// `wide` is spent exactly once per allowed pair: no pair ever spends `wide` and is then
+    /// denied on `narrow` (which a peek-then-spend without the key locks would allow).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn in_memory_a_denied_request_never_spends_under_contention() {
+        let backend = Arc::new(
+            Backend::open(&StoreConfig::Memory { max_keys: 1024 })
+                .await
+                .unwrap(),
+        );
+        // One token back every 8,640 s: nothing comes back while the test runs.
+        let wide = backend
+            .limiter(&Rate {
+                requests_per_unit: 10,
+                unit: Unit::Day,
+                burst: Some(5000),
+            })
+            .unwrap();
+        let narrow = backend.limiter(&per_day(200)).unwrap();
+        let mut tasks = Vec::new();
+        for task in 0..8 {
+            let (backend, wide, narrow) = (backend.clone(), wide.clone(), narrow.clone());
+            tasks.push(tokio::spawn(async move {
+                let mut pairs_allowed = 0u32;
+                for _ in 0..200 {
+                    let pair = [
+                        Check {
+                            limiter: &wide,
+                            key: b"w",
+                            cost: 1,
+                            enforce: true,
+                        },
+                        Check {
+                            limiter: &narrow,
+                            key: b"n",
+                            cost: 1,
+                            enforce: true,
+                        },
+                    ];
+                    let checks = if task % 2 == 0 { &pair[..] } else { &pair[1..] };
+                    let verdicts = backend.decide(checks).await.unwrap();
+                    if task % 2 == 0 && verdicts.iter().all(|v| v.allowed) {
+                        pairs_allowed += 1;
+                    }
+                }
+                pairs_allowed
+            }));
+        }
+        let mut pairs_allowed = 0;
+        for t in tasks {
+            pairs_allowed += t.await.unwrap();
+        }
+        let peek = [Check {
+            limiter: &wide,
+            key: b"w",
+            cost: 0,
+            enforce: true,
+        }];
+        let left = backend.decide(&peek).await.unwrap()[0].remaining;
+        assert_eq!(5000 - left, pairs_allowed);
+        assert!(pairs_allowed > 0);
+    }
+}

@@ -1,0 +1,325 @@
+//! [`RateLimiter`]: the `envoy.service.ratelimit.v3.RateLimitService` implementation.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use envoy_types::pb::envoy::config::core::v3::HeaderValue;
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
+    Code, DescriptorStatus, RateLimit, rate_limit::Unit as PbUnit,
+};
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitService;
+use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
+use envoy_types::pb::google::protobuf::Duration as PbDuration;
+use tonic::{Request, Response, Status};
+
+use super::backend::{Backend, Check, Limiter};
+use super::config::{Limit, LimitRule, Lookup, Rate, Unit};
+use super::headers::{Described, HeaderStyle, response_headers};
+use super::key::limiter_key;
+use super::metrics as names;
+use super::plan::Verdict;
+use super::rules::{RuleSet, Rules};
+
+/// The gRPC rate limit service: matches each descriptor against the rules in force and decides it
+/// with the backend.
+///
+/// * Empty domain or no descriptors: `INVALID_ARGUMENT`, as the reference service refuses them.
+/// * Unknown domain: `OK`, every status `OK` without a limit (as the reference service answers).
+/// * A descriptor matching no rule: `OK` without a limit; an `unlimited` rule: `OK` without a
+///   limit, `limit_remaining` = `u32::MAX`.
+/// * A store failure: `UNAVAILABLE` (unless the backend's failure policy answered).
+#[derive(Clone, Debug)]
+pub struct RateLimiter {
+    rules: Rules,
+    backend: Arc<Backend>,
+    headers: HeaderStyle,
+}
+
+/// How one request descriptor is decided.
+enum Plan<'r> {
+    NoRule,
+    Unlimited(&'r LimitRule),
+    Limited {
+        rule: &'r LimitRule,
+        rate: Rate,
+        limiter: &'r Limiter,
+        key: Vec<u8>,
+        cost: u64,
+        check: usize,
+    },
+}
+
+impl RateLimiter {
+    /// A service answering from `rules` (swapped by reloads) with `backend`.
+    pub fn new(rules: Rules, backend: Arc<Backend>, headers: HeaderStyle) -> RateLimiter {
+        RateLimiter {
+            rules,
+            backend,
+            headers,
+        }
+    }
+
+    /// Decides one request.
+    pub async fn decide(&self, request: &RateLimitRequest) -> Result<RateLimitResponse, Status> {
+        if request.domain.is_empty() {
+            return Err(Status::invalid_argument(
+                "rate limit domain must not be empty",
+            ));
+        }
+        if request.descriptors.is_empty() {
+            return Err(Status::invalid_argument(
+                "rate limit descriptor list must not be empty",
+            ));
+        }
+        let rules = self.rules.current();
+        let domain = request.domain.as_str();
+        if !rules.config().has_domain(domain) {
+            ::metrics::counter!(names::UNKNOWN_DOMAIN).increment(1);
+            tracing::debug!(domain, "unknown domain");
+        }
+        let plans = plan_descriptors(&rules, request)?;
+        let checks: Vec<Check<'_>> = plans
+            .iter()
+            .filter_map(|p| match p {
+                Plan::Limited {
+                    rule,
+                    limiter,
+                    key,
+                    cost,
+                    ..
+                } => Some(Check {
+                    limiter,
+                    key,
+                    cost: *cost,
+                    enforce: !rule.shadow_mode,
+                }),
+                _ => None,
+            })
+            .collect();
+        let verdicts = if checks.is_empty() {
+            Vec::new()
+        } else {
+            self.backend.decide(&checks).await.map_err(|e| {
+                ::metrics::counter!(names::BACKEND_ERRORS, "kind" => e.kind()).increment(1);
+                tracing::warn!(error = %e, domain, "rate limit store failed; answering UNAVAILABLE");
+                Status::unavailable(format!("rate limit store failed: {e}"))
+            })?
+        };
+        Ok(self.respond(domain, request, &plans, &verdicts))
+    }
+
+    fn respond(
+        &self,
+        domain: &str,
+        request: &RateLimitRequest,
+        plans: &[Plan<'_>],
+        verdicts: &[Verdict],
+    ) -> RateLimitResponse {
+        let mut over_limit = false;
+        let mut statuses = Vec::with_capacity(plans.len());
+        let mut described = Vec::new();
+        for (plan, descriptor) in plans.iter().zip(&request.descriptors) {
+            let status = match plan {
+                Plan::NoRule => {
+                    ::metrics::counter!(names::DECISIONS, "domain" => domain.to_string(),
+                        "descriptor" => "", "outcome" => "no_rule")
+                    .increment(1);
+                    DescriptorStatus {
+                        code: Code::Ok as i32,
+                        ..Default::default()
+                    }
+                }
+                Plan::Unlimited(rule) => {
+                    count(domain, rule, descriptor, "unlimited", None);
+                    DescriptorStatus {
+                        code: Code::Ok as i32,
+                        limit_remaining: u32::MAX,
+                        ..Default::default()
+                    }
+                }
+                Plan::Limited {
+                    rule, rate, check, ..
+                } => {
+                    let verdict = &verdicts[*check];
+                    let outcome = match (verdict.allowed, rule.shadow_mode) {
+                        (true, _) => "ok",
+                        (false, true) => "shadow_over_limit",
+                        (false, false) => "over_limit",
+                    };
+                    let extra = match outcome {
+                        "over_limit" => Some(names::OVER_LIMIT),
+                        "shadow_over_limit" => Some(names::SHADOW_OVER_LIMIT),
+                        _ => None,
+                    };
+                    count(domain, rule, descriptor, outcome, extra);
+                    if verdict.degraded {
+                        count_degraded(domain, rule, descriptor);
+                    }
+                    let denied = !verdict.allowed && !rule.shadow_mode;
+                    over_limit |= denied;
+                    described.push(Described {
+                        name: rule.name.as_deref().unwrap_or(&rule.stat_path),
+                        verdict,
+                        enforce: !rule.shadow_mode,
+                    });
+                    DescriptorStatus {
+                        code: if denied { Code::OverLimit } else { Code::Ok } as i32,
+                        current_limit: Some(current_limit(rule, rate)),
+                        limit_remaining: verdict.remaining,
+                        duration_until_reset: Some(pb_duration(verdict.reset_after)),
+                        quota: None,
+                    }
+                }
+            };
+            statuses.push(status);
+        }
+        let response_headers_to_add = response_headers(self.headers, over_limit, &described)
+            .into_iter()
+            .map(|(key, value)| HeaderValue {
+                key: key.to_string(),
+                value,
+                raw_value: Vec::new(),
+            })
+            .collect();
+        RateLimitResponse {
+            overall_code: if over_limit {
+                Code::OverLimit
+            } else {
+                Code::Ok
+            } as i32,
+            statuses,
+            response_headers_to_add,
+            ..Default::default()
+        }
+    }
+}
+
+/// Matches every descriptor and computes its key and cost.
+fn plan_descriptors<'r>(
+    rules: &'r RuleSet,
+    request: &RateLimitRequest,
+) -> Result<Vec<Plan<'r>>, Status> {
+    let mut checks = 0;
+    request
+        .descriptors
+        .iter()
+        .map(|descriptor| {
+            if descriptor.limit.is_some() {
+                return Err(Status::invalid_argument(
+                    "descriptor limit overrides are not supported by flowguard-rls: configure the \
+                     limit in the service's configuration instead",
+                ));
+            }
+            if descriptor.is_negative_hits {
+                return Err(Status::invalid_argument(
+                    "is_negative_hits is not supported: flowguard-rls does not refund tokens",
+                ));
+            }
+            let entries = || {
+                descriptor
+                    .entries
+                    .iter()
+                    .map(|e| (e.key.as_str(), e.value.as_str()))
+            };
+            Ok(match rules.config().lookup(&request.domain, entries()) {
+                Lookup::UnknownDomain | Lookup::NoRule => Plan::NoRule,
+                Lookup::Rule(rule) => match rule.limit {
+                    Limit::Unlimited => Plan::Unlimited(rule),
+                    Limit::Rate(rate) => {
+                        let limiter = rules.limiter(rule).ok_or_else(|| {
+                            Status::internal(format!(
+                                "rule at {} has no limiter: the configuration was not compiled",
+                                rule.location
+                            ))
+                        })?;
+                        let check = checks;
+                        checks += 1;
+                        Plan::Limited {
+                            rule,
+                            rate,
+                            limiter,
+                            key: limiter_key(&request.domain, entries()),
+                            cost: descriptor
+                                .hits_addend
+                                .as_ref()
+                                .map_or(u64::from(request.hits_addend.max(1)), |h| h.value),
+                            check,
+                        }
+                    }
+                },
+            })
+        })
+        .collect()
+}
+
+fn current_limit(rule: &LimitRule, rate: &Rate) -> RateLimit {
+    RateLimit {
+        name: rule.name.clone().unwrap_or_default(),
+        requests_per_unit: rate.requests_per_unit,
+        unit: match rate.unit {
+            Unit::Second => PbUnit::Second,
+            Unit::Minute => PbUnit::Minute,
+            Unit::Hour => PbUnit::Hour,
+            Unit::Day => PbUnit::Day,
+        } as i32,
+    }
+}
+
+fn pb_duration(d: std::time::Duration) -> PbDuration {
+    PbDuration {
+        seconds: i64::try_from(d.as_secs()).unwrap_or(i64::MAX),
+        nanos: i32::try_from(d.subsec_nanos()).unwrap_or(0),
+    }
+}
+
+/// The metric label of a descriptor: its configured path, or with `detailed_metric` the request's
+/// own entries.
+fn descriptor_label(rule: &LimitRule, descriptor: &RateLimitDescriptor) -> String {
+    if rule.detailed_metric {
+        descriptor
+            .entries
+            .iter()
+            .map(|e| format!("{}_{}", e.key, e.value))
+            .collect::<Vec<_>>()
+            .join(".")
+    } else {
+        rule.stat_path.clone()
+    }
+}
+
+fn count(
+    domain: &str,
+    rule: &LimitRule,
+    descriptor: &RateLimitDescriptor,
+    outcome: &'static str,
+    extra: Option<&'static str>,
+) {
+    let label = descriptor_label(rule, descriptor);
+    ::metrics::counter!(names::DECISIONS, "domain" => domain.to_string(),
+        "descriptor" => label.clone(), "outcome" => outcome)
+    .increment(1);
+    if let Some(name) = extra {
+        ::metrics::counter!(name, "domain" => domain.to_string(), "descriptor" => label)
+            .increment(1);
+    }
+}
+
+fn count_degraded(domain: &str, rule: &LimitRule, descriptor: &RateLimitDescriptor) {
+    ::metrics::counter!(names::DEGRADED, "domain" => domain.to_string(),
+        "descriptor" => descriptor_label(rule, descriptor))
+    .increment(1);
+}
+
+#[tonic::async_trait]
+impl RateLimitService for RateLimiter {
+    async fn should_rate_limit(
+        &self,
+        request: Request<RateLimitRequest>,
+    ) -> Result<Response<RateLimitResponse>, Status> {
+        let started = Instant::now();
+        let answer = self.decide(request.get_ref()).await;
+        ::metrics::histogram!(names::LATENCY).record(started.elapsed().as_secs_f64());
+        answer.map(Response::new)
+    }
+}

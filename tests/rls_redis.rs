@@ -1,0 +1,183 @@
+//! flowguard-rls on Redis: instances share quotas, and a Redis outage is `UNAVAILABLE` unless a
+//! failure policy answers. Each test starts its own `redis-server` on a free loopback port.
+#![cfg(feature = "rls")]
+
+mod rls_support;
+mod support;
+
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
+use rls_support::{Rls, ask, code, request};
+use support::{RedisCluster, RedisServer};
+
+const API: &str = "
+domain: api
+descriptors:
+  - key: client
+    rate_limit: { unit: minute, requests_per_unit: 4 }
+  - key: strict
+    rate_limit: { unit: minute, requests_per_unit: 1 }
+";
+
+/// Only quotas with a burst of at least 2 (for local shares of one half, and batches of 2).
+const WIDE: &str = "
+domain: api
+descriptors:
+  - key: client
+    rate_limit: { unit: minute, requests_per_unit: 4 }
+";
+
+fn on_redis(redis: &RedisServer, extra: &[&str]) -> Rls {
+    on_redis_with(API, redis, extra)
+}
+
+fn on_redis_with(config: &str, redis: &RedisServer, extra: &[&str]) -> Rls {
+    let url = redis.url();
+    let mut args = vec!["--redis", url.as_str(), "--redis-timeout-ms", "200"];
+    args.extend_from_slice(extra);
+    Rls::start(&[("api.yaml", config)], &args)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn two_instances_on_one_redis_share_a_quota() {
+    let redis = RedisServer::start();
+    let (a, b) = (on_redis(&redis, &[]), on_redis(&redis, &[]));
+    let (mut ca, mut cb) = (a.client().await, b.client().await);
+    let req = request("api", &[&[("client", "c1")]]);
+    let mut remaining = Vec::new();
+    for i in 0..4 {
+        let client = if i % 2 == 0 { &mut ca } else { &mut cb };
+        let answer = ask(client, req.clone()).await;
+        assert_eq!(code(&answer), Code::Ok, "request {i}");
+        remaining.push(answer.statuses[0].limit_remaining);
+    }
+    assert_eq!(remaining, [3, 2, 1, 0]);
+    assert_eq!(code(&ask(&mut ca, req.clone()).await), Code::OverLimit);
+    assert_eq!(code(&ask(&mut cb, req).await), Code::OverLimit);
+    // The key names the domain and the descriptor path.
+    let keys = redis.cli(&["--scan"]);
+    assert!(keys.contains("flowguard-rls:=3:api6:client2:c1"), "{keys}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_denied_request_spends_nothing_on_redis_either() {
+    let redis = RedisServer::start();
+    let rls = on_redis(&redis, &[]);
+    let mut client = rls.client().await;
+    let both = request("api", &[&[("client", "m")], &[("strict", "m")]]);
+    assert_eq!(code(&ask(&mut client, both.clone()).await), Code::Ok);
+    assert_eq!(code(&ask(&mut client, both).await), Code::OverLimit);
+    let alone = ask(&mut client, request("api", &[&[("client", "m")]])).await;
+    assert_eq!(alone.statuses[0].limit_remaining, 2);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn redis_down_is_unavailable_by_default() {
+    let mut redis = RedisServer::start();
+    let rls = on_redis(&redis, &[]);
+    let mut client = rls.client().await;
+    let req = request("api", &[&[("client", "d")]]);
+    assert_eq!(code(&ask(&mut client, req.clone()).await), Code::Ok);
+    redis.kill();
+    let error = client.should_rate_limit(req.clone()).await.unwrap_err();
+    assert_eq!(error.code(), tonic::Code::Unavailable, "{error:?}");
+    // A descriptor no rule matches needs no store: still answered.
+    let free = ask(&mut client, request("api", &[&[("other", "x")]])).await;
+    assert_eq!(code(&free), Code::Ok);
+    rls.wait_for_log("answering UNAVAILABLE");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_failure_policy_answers_when_redis_is_down() {
+    let mut redis = RedisServer::start();
+    let closed = on_redis(&redis, &["--on-redis-failure", "fail-closed"]);
+    let open = on_redis(&redis, &["--on-redis-failure", "fail-open"]);
+    let local = on_redis_with(WIDE, &redis, &["--on-redis-failure", "local-instances=2"]);
+    redis.kill();
+    let req = request("api", &[&[("client", "p")]]);
+    assert_eq!(
+        code(&ask(&mut closed.client().await, req.clone()).await),
+        Code::OverLimit
+    );
+    let mut open_client = open.client().await;
+    for _ in 0..6 {
+        assert_eq!(code(&ask(&mut open_client, req.clone()).await), Code::Ok);
+    }
+    // Local fallback: this instance's half of the quota (burst 2), then over limit.
+    let mut local_client = local.client().await;
+    let codes: Vec<Code> = {
+        let mut out = Vec::new();
+        for _ in 0..3 {
+            out.push(code(&ask(&mut local_client, req.clone()).await));
+        }
+        out
+    };
+    assert_eq!(codes, [Code::Ok, Code::Ok, Code::OverLimit]);
+}
+
+#[test]
+fn a_quota_the_policy_or_batch_cannot_serve_is_refused_at_start() {
+    let redis = RedisServer::start();
+    for args in [
+        ["--two-tier-batch", "2"],
+        ["--on-redis-failure", "local-instances=2"],
+    ] {
+        let out = std::process::Command::new(rls_support::binary())
+            .arg("--config")
+            .arg(&rls_support::ConfigDir::new(&[("api.yaml", API)]).0)
+            .args(["--redis", &redis.url()])
+            .args(args)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains("api.yaml: at descriptors[1].rate_limit: "),
+            "{err}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn two_tier_spends_reserved_batches_within_the_global_quota() {
+    let redis = RedisServer::start();
+    let rls = on_redis_with(WIDE, &redis, &["--two-tier-batch", "2"]);
+    let mut client = rls.client().await;
+    let req = request("api", &[&[("client", "t")]]);
+    let mut codes = Vec::new();
+    for _ in 0..6 {
+        codes.push(code(&ask(&mut client, req.clone()).await));
+    }
+    let allowed = codes.iter().filter(|c| **c == Code::Ok).count();
+    assert_eq!(allowed, 4, "{codes:?}");
+    assert_eq!(codes[4..], [Code::OverLimit, Code::OverLimit]);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn two_instances_on_one_redis_cluster_share_a_quota() {
+    let cluster = RedisCluster::start();
+    let urls = cluster.urls();
+    let mut args: Vec<&str> = Vec::new();
+    for url in &urls[..2] {
+        args.extend(["--redis", url.as_str()]);
+    }
+    args.extend(["--redis-cluster", "--redis-timeout-ms", "500"]);
+    let (a, b) = (
+        Rls::start(&[("api.yaml", API)], &args),
+        Rls::start(&[("api.yaml", API)], &args),
+    );
+    let (mut ca, mut cb) = (a.client().await, b.client().await);
+    // Several clients, each key in its own hash slot; every client's quota is shared.
+    for client in ["c1", "c2", "c3", "c4"] {
+        let req = request("api", &[&[("client", client)]]);
+        for i in 0..4 {
+            let c = if i % 2 == 0 { &mut ca } else { &mut cb };
+            assert_eq!(code(&ask(c, req.clone()).await), Code::Ok, "{client} {i}");
+        }
+        assert_eq!(
+            code(&ask(&mut ca, req.clone()).await),
+            Code::OverLimit,
+            "{client}"
+        );
+        assert_eq!(code(&ask(&mut cb, req).await), Code::OverLimit, "{client}");
+    }
+}

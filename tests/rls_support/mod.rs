@@ -1,0 +1,213 @@
+//! Test harness for flowguard-rls: the built binary started on a free loopback port with a
+//! configuration directory of its own, driven by a tonic client; killed on drop (also on panic).
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{Code, DescriptorStatus};
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
+use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
+use tonic::transport::Channel;
+
+/// How long the service may take to start serving.
+const READY_WITHIN: Duration = Duration::from_secs(30);
+
+static NEXT_DIR: AtomicUsize = AtomicUsize::new(0);
+
+/// A fresh directory for one service's configuration files, removed on drop.
+pub struct ConfigDir(pub PathBuf);
+
+impl ConfigDir {
+    pub fn new(files: &[(&str, &str)]) -> ConfigDir {
+        let dir = std::env::temp_dir().join(format!(
+            "flowguard-rls-test-{}-{}",
+            std::process::id(),
+            NEXT_DIR.fetch_add(1, Ordering::Relaxed)
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let out = ConfigDir(dir);
+        for (name, text) in files {
+            out.write(name, text);
+        }
+        out
+    }
+
+    /// Replaces a file atomically (write beside it, then rename), as deployment tools do.
+    pub fn write(&self, name: &str, text: &str) {
+        let tmp = self.0.join(format!(".{name}.tmp"));
+        std::fs::write(&tmp, text).unwrap();
+        std::fs::rename(&tmp, self.0.join(name)).unwrap();
+    }
+}
+
+impl Drop for ConfigDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// One running `flowguard-rls`.
+pub struct Rls {
+    child: Option<Child>,
+    pub addr: String,
+    pub config: ConfigDir,
+    log: PathBuf,
+}
+
+pub fn binary() -> &'static str {
+    env!("CARGO_BIN_EXE_flowguard-rls")
+}
+
+impl Rls {
+    /// Starts the service with `files` in its configuration directory and extra arguments.
+    pub fn start(files: &[(&str, &str)], args: &[&str]) -> Rls {
+        Rls::start_in(ConfigDir::new(files), args)
+    }
+
+    pub fn start_in(config: ConfigDir, args: &[&str]) -> Rls {
+        let log = config.0.with_extension("log");
+        let stderr = std::fs::File::create(&log).unwrap();
+        let mut child = Command::new(binary())
+            .arg("--config")
+            .arg(&config.0)
+            .args(["--listen", "127.0.0.1:0", "--reload-interval-ms", "50"])
+            .args(args)
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::from(stderr))
+            .spawn()
+            .expect("flowguard-rls starts");
+        let stdout = child.stdout.take().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if let Some(addr) = line.strip_prefix("listening on ") {
+                    let _ = tx.send(addr.to_string());
+                }
+            }
+        });
+        let mut rls = Rls {
+            child: Some(child),
+            addr: String::new(),
+            config,
+            log,
+        };
+        match rx.recv_timeout(READY_WITHIN) {
+            Ok(addr) => rls.addr = addr,
+            Err(_) => panic!("flowguard-rls did not start; log:\n{}", rls.log_text()),
+        }
+        rls
+    }
+
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Waits (bounded) until the log contains `needle`.
+    pub fn wait_for_log(&self, needle: &str) {
+        let deadline = Instant::now() + READY_WITHIN;
+        while !self.log_text().contains(needle) {
+            assert!(
+                Instant::now() < deadline,
+                "no {needle:?} in the log:\n{}",
+                self.log_text()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    pub async fn client(&self) -> RateLimitServiceClient<Channel> {
+        RateLimitServiceClient::new(self.channel().await)
+    }
+
+    pub async fn channel(&self) -> Channel {
+        Channel::from_shared(format!("http://{}", self.addr))
+            .unwrap()
+            .connect()
+            .await
+            .expect("connects to flowguard-rls")
+    }
+
+    /// Sends SIGTERM and waits (bounded) for the exit.
+    pub fn terminate(&mut self) -> ExitStatus {
+        let mut child = self.child.take().expect("running");
+        let status = Command::new("kill")
+            .args(["-TERM", &child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success());
+        let deadline = Instant::now() + READY_WITHIN;
+        loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                return status;
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                panic!("flowguard-rls did not stop on SIGTERM");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Rls {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        let _ = std::fs::remove_file(&self.log);
+    }
+}
+
+/// A request with one descriptor per slice of entries.
+pub fn request(domain: &str, descriptors: &[&[(&str, &str)]]) -> RateLimitRequest {
+    RateLimitRequest {
+        domain: domain.to_string(),
+        descriptors: descriptors
+            .iter()
+            .map(|entries| descriptor(entries))
+            .collect(),
+        hits_addend: 0,
+    }
+}
+
+pub fn descriptor(entries: &[(&str, &str)]) -> RateLimitDescriptor {
+    RateLimitDescriptor {
+        entries: entries
+            .iter()
+            .map(|(k, v)| Entry {
+                key: k.to_string(),
+                value: v.to_string(),
+            })
+            .collect(),
+        ..Default::default()
+    }
+}
+
+pub async fn ask(
+    client: &mut RateLimitServiceClient<Channel>,
+    request: RateLimitRequest,
+) -> RateLimitResponse {
+    client
+        .should_rate_limit(request)
+        .await
+        .expect("the service answers")
+        .into_inner()
+}
+
+pub fn code(response: &RateLimitResponse) -> Code {
+    Code::try_from(response.overall_code).unwrap()
+}
+
+pub fn status_code(status: &DescriptorStatus) -> Code {
+    Code::try_from(status.code).unwrap()
+}
