@@ -107,8 +107,14 @@ fn flood(max_keys: usize, keys: usize, len: usize) -> usize {
                 Err(e) => panic!("{e}"),
             }
         }
-        assert_eq!(stored, keys.min(max_keys));
-        assert_eq!(limiter.len(), keys.min(max_keys));
+        assert_eq!(limiter.len(), stored);
+        assert!(stored <= max_keys);
+        if max_keys < 2048 {
+            // One shard: exactly max_keys fit. (With several shards each holds max_keys/shards,
+            // and how many of the flood's keys land in each depends on the per-limiter hash seed,
+            // so a shard may stay short of full: only the bound above is certain.)
+            assert_eq!(stored, keys.min(max_keys));
+        }
         // The first key is still known (and spent): digests do not lose keys.
         key[..8].copy_from_slice(&0u64.to_le_bytes());
         let again = limiter.check_key(&key[..len.max(8)]).unwrap();

@@ -126,7 +126,8 @@ struct LimiterInner {
 }
 
 enum Engine {
-    Memory(KeyedRateLimiter<Vec<u8>>),
+    /// Boxed: the in-memory limiter is several cache lines, the others a handle.
+    Memory(Box<KeyedRateLimiter<Vec<u8>>>),
     /// The raw store: an unavailable store is an error.
     Raw(RedisRateLimiter),
     /// The limiter with the store's failure policy.
@@ -288,12 +289,12 @@ impl Backend {
             })
             .map_err(|e| e.to_string())?;
         let engine = match &self.kind {
-            Kind::Memory { max_keys } => Engine::Memory(
+            Kind::Memory { max_keys } => Engine::Memory(Box::new(
                 KeyedRateLimiter::builder(quota)
                     .max_keys(*max_keys)
                     .build()
                     .map_err(|e| e.to_string())?,
-            ),
+            )),
             Kind::Redis {
                 store,
                 raw,
