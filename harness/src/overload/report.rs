@@ -233,7 +233,8 @@ impl LimitFigures {
         Self {
             trace,
             below_steady: (limited && steady > 0).then(|| below_steady as f64 / steady as f64),
-            below_after_step_s: (limited && step.is_some()).then(|| below_after as f64 * sample_s),
+            below_after_step_s: (limited && step.is_some())
+                .then_some(below_after as f64 * sample_s),
             min_after_step: min_after,
         }
     }
