@@ -111,8 +111,9 @@ impl BackendProcess {
             .map_err(|e| format!("cannot find this executable to start the backend: {e}"))?;
         let mut child = Command::new(exe)
             .arg("backend")
-            .args(["--port", "0"])
+            .args(["--port", "0", "--exit-with-stdin"])
             .args(config.to_flags())
+            .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .kill_on_drop(true)

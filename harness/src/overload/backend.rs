@@ -203,14 +203,18 @@ fn millis(args: &mut impl Iterator<Item = String>, flag: &str) -> Result<Duratio
 }
 
 /// Runs a backend from command-line flags (`--port P` and the [`BACKEND_FLAGS`]): binds loopback,
-/// prints `listening on http://ADDR/` as its first line of standard output, serves until killed.
+/// prints `listening on http://ADDR/` as its first line of standard output, serves until killed
+/// (or, with `--exit-with-stdin`, until its standard input closes: the way a client that started
+/// it takes it along when it ends, even abruptly).
 pub async fn main_with_args(mut args: impl Iterator<Item = String>) -> Result<(), String> {
     let mut config = BackendConfig::default();
     let mut port = 0_u16;
     let mut workers_to_given = false;
+    let mut exit_with_stdin = false;
     while let Some(flag) = args.next() {
         match flag.as_str() {
             "--port" => port = value(&mut args, "--port")?,
+            "--exit-with-stdin" => exit_with_stdin = true,
             "--help" | "-h" => {
                 return Err(format!(
                     "usage: overload_backend [--port P] {BACKEND_FLAGS}"
@@ -228,6 +232,15 @@ pub async fn main_with_args(mut args: impl Iterator<Item = String>) -> Result<()
     let (listener, addr) = bind(port)
         .await
         .map_err(|e| format!("cannot listen on 127.0.0.1:{port}: {e}"))?;
+    if exit_with_stdin {
+        // Started by a client that holds our standard input: when it goes away, however it ends,
+        // so do we.
+        tokio::spawn(async {
+            let mut sink = tokio::io::sink();
+            let _ = tokio::io::copy(&mut tokio::io::stdin(), &mut sink).await;
+            std::process::exit(0);
+        });
+    }
     println!("listening on http://{addr}/");
     eprintln!("backend: {}", config.to_json());
     serve(listener, config)
