@@ -1,0 +1,25 @@
+//! The backend of the real-socket overload run: `GET /work` waits in an unbounded FIFO queue for
+//! one of N workers that sleep S ms per request; from `--step-at` seconds after `POST /run`, the
+//! service time becomes `--step-to` ms and the worker count `--workers-to`.
+//!
+//! ```text
+//! cargo run --release -p flowguard-harness --bin overload_backend -- --port 8080 \
+//!     [--workers 4] [--service-ms 10] [--step-at 10|none] [--step-to 25] [--workers-to M]
+//! ```
+//!
+//! It listens on 127.0.0.1 only, prints `listening on http://ADDR/` first (`--port 0` picks a free
+//! port), and serves until killed. The `overload` client drives it (`--backend URL`), or starts
+//! its own.
+
+use std::process::ExitCode;
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    match flowguard_harness::overload::backend::main_with_args(std::env::args().skip(1)).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("overload_backend: {e}");
+            ExitCode::from(2)
+        }
+    }
+}

@@ -1,0 +1,3 @@
+//! Code shared by the harness binaries and their tests. Not part of the published crate.
+
+pub mod overload;

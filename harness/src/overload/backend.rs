@@ -1,0 +1,538 @@
+//! The backend: an HTTP server whose `GET /work` requests wait in an unbounded FIFO queue for one of
+//! `workers` workers, each of which serves one request at a time by sleeping the service time.
+//!
+//! From `step_at` seconds after a run starts, the service time becomes `service_after` and the
+//! worker count `workers_after` (a worker that is busy finishes its request first). Requests are
+//! never cancelled: a client that gave up still gets its request served when its turn comes, as by
+//! a server that never learns of the cancellation; that work is counted as `abandoned`.
+//!
+//! `POST /run` starts a run: the step clock restarts, and requests still queued from an earlier run
+//! are discarded unserved (`stale`). It answers the configuration as JSON. `GET /stats` answers the
+//! counts of the current run.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::{StatusCode, header};
+use axum::response::IntoResponse;
+use axum::routing::{get, post};
+use tokio::net::TcpListener;
+use tokio::sync::{mpsc, oneshot};
+
+use super::args::{positive, value};
+
+/// Workers, service time, and the step.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BackendConfig {
+    /// Workers before the step.
+    pub workers: usize,
+    /// Service time of one request before the step.
+    pub service: Duration,
+    /// Seconds after the start of a run at which the step happens (`None`: no step).
+    pub step_at: Option<Duration>,
+    /// Service time from the step on.
+    pub service_after: Duration,
+    /// Workers from the step on.
+    pub workers_after: usize,
+}
+
+impl Default for BackendConfig {
+    /// 4 workers at 10 ms; from second 10, 25 ms.
+    fn default() -> Self {
+        Self {
+            workers: 4,
+            service: Duration::from_millis(10),
+            step_at: Some(Duration::from_secs(10)),
+            service_after: Duration::from_millis(25),
+            workers_after: 4,
+        }
+    }
+}
+
+/// The backend's flags, for usage messages.
+pub const BACKEND_FLAGS: &str =
+    "[--workers N] [--service-ms S] [--step-at SEC|none] [--step-to MS] [--workers-to M]";
+
+impl BackendConfig {
+    /// Reads `flag` (and its value from `args`) if it is a backend flag; `Ok(false)` if it is not.
+    /// `--workers` also sets the workers after the step unless `--workers-to` is given (in either
+    /// order; `workers_to_given` remembers it).
+    pub fn read_flag(
+        &mut self,
+        flag: &str,
+        args: &mut impl Iterator<Item = String>,
+        workers_to_given: &mut bool,
+    ) -> Result<bool, String> {
+        match flag {
+            "--workers" => {
+                self.workers = workers(args, flag)?;
+                if !*workers_to_given {
+                    self.workers_after = self.workers;
+                }
+            }
+            "--workers-to" => {
+                self.workers_after = workers(args, flag)?;
+                *workers_to_given = true;
+            }
+            "--service-ms" => self.service = millis(args, flag)?,
+            "--step-to" => self.service_after = millis(args, flag)?,
+            "--step-at" => {
+                let raw: String = value(args, flag)?;
+                self.step_at = if raw == "none" {
+                    None
+                } else {
+                    let seconds: f64 = raw
+                        .parse()
+                        .map_err(|e| format!("--step-at {raw}: {e} (seconds, or `none`)"))?;
+                    if !(seconds.is_finite() && seconds >= 0.0) {
+                        return Err(format!("--step-at must be seconds >= 0, got {raw}"));
+                    }
+                    Some(Duration::from_secs_f64(seconds))
+                };
+            }
+            _ => return Ok(false),
+        }
+        Ok(true)
+    }
+
+    /// The flags that reproduce this configuration (to start a backend process with).
+    pub fn to_flags(&self) -> Vec<String> {
+        let ms = |d: Duration| format!("{}", d.as_secs_f64() * 1e3);
+        vec![
+            "--workers".into(),
+            self.workers.to_string(),
+            "--workers-to".into(),
+            self.workers_after.to_string(),
+            "--service-ms".into(),
+            ms(self.service),
+            "--step-to".into(),
+            ms(self.service_after),
+            "--step-at".into(),
+            self.step_at
+                .map_or_else(|| "none".into(), |at| at.as_secs_f64().to_string()),
+        ]
+    }
+
+    /// Whether `since_start` is at or after the step.
+    pub fn after_step(&self, since_start: Duration) -> bool {
+        self.step_at.is_some_and(|at| since_start >= at)
+    }
+
+    /// Workers in service at `since_start`.
+    pub fn workers_at(&self, since_start: Duration) -> usize {
+        if self.after_step(since_start) {
+            self.workers_after
+        } else {
+            self.workers
+        }
+    }
+
+    /// Service time of a request whose service starts at `since_start`.
+    pub fn service_at(&self, since_start: Duration) -> Duration {
+        if self.after_step(since_start) {
+            self.service_after
+        } else {
+            self.service
+        }
+    }
+
+    /// Requests per second the workers complete before the step (`workers / service`).
+    pub fn capacity(&self) -> f64 {
+        self.workers as f64 / self.service.as_secs_f64()
+    }
+
+    /// The configuration as JSON (times in milliseconds and seconds).
+    pub fn to_json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "workers": self.workers,
+            "service_ms": self.service.as_secs_f64() * 1e3,
+            "step_at_s": self.step_at.map(|at| at.as_secs_f64()),
+            "service_after_ms": self.service_after.as_secs_f64() * 1e3,
+            "workers_after": self.workers_after,
+        })
+    }
+
+    /// Reads [`to_json`](Self::to_json)'s output.
+    pub fn from_json(json: &serde_json::Value) -> Result<Self, String> {
+        let field = |name: &str| {
+            json.get(name)
+                .ok_or_else(|| format!("backend configuration lacks `{name}`: {json}"))
+        };
+        let number = |name: &str| {
+            field(name)?
+                .as_f64()
+                .filter(|v| v.is_finite() && *v >= 0.0)
+                .ok_or_else(|| {
+                    format!("backend configuration: `{name}` is not a number >= 0: {json}")
+                })
+        };
+        let count = |name: &str| {
+            field(name)?
+                .as_u64()
+                .and_then(|v| usize::try_from(v).ok())
+                .ok_or_else(|| format!("backend configuration: `{name}` is not a count: {json}"))
+        };
+        let step_at = match field("step_at_s")? {
+            serde_json::Value::Null => None,
+            _ => Some(Duration::from_secs_f64(number("step_at_s")?)),
+        };
+        Ok(Self {
+            workers: count("workers")?,
+            service: Duration::from_secs_f64(number("service_ms")? / 1e3),
+            step_at,
+            service_after: Duration::from_secs_f64(number("service_after_ms")? / 1e3),
+            workers_after: count("workers_after")?,
+        })
+    }
+}
+
+fn workers(args: &mut impl Iterator<Item = String>, flag: &str) -> Result<usize, String> {
+    let n: usize = value(args, flag)?;
+    if n == 0 {
+        return Err(format!("{flag} must be at least 1"));
+    }
+    Ok(n)
+}
+
+fn millis(args: &mut impl Iterator<Item = String>, flag: &str) -> Result<Duration, String> {
+    Ok(Duration::from_secs_f64(positive(args, flag)? / 1e3))
+}
+
+/// Runs a backend from command-line flags (`--port P` and the [`BACKEND_FLAGS`]): binds loopback,
+/// prints `listening on http://ADDR/` as its first line of standard output, serves until killed
+/// (or, with `--exit-with-stdin`, until its standard input closes: the way a client that started
+/// it takes it along when it ends, even abruptly).
+pub async fn main_with_args(mut args: impl Iterator<Item = String>) -> Result<(), String> {
+    let mut config = BackendConfig::default();
+    let mut port = 0_u16;
+    let mut workers_to_given = false;
+    let mut exit_with_stdin = false;
+    while let Some(flag) = args.next() {
+        match flag.as_str() {
+            "--port" => port = value(&mut args, "--port")?,
+            "--exit-with-stdin" => exit_with_stdin = true,
+            "--help" | "-h" => {
+                return Err(format!(
+                    "usage: overload_backend [--port P] {BACKEND_FLAGS}"
+                ));
+            }
+            _ => {
+                if !config.read_flag(&flag, &mut args, &mut workers_to_given)? {
+                    return Err(format!(
+                        "unknown flag {flag}; usage: overload_backend [--port P] {BACKEND_FLAGS}"
+                    ));
+                }
+            }
+        }
+    }
+    let (listener, addr) = bind(port)
+        .await
+        .map_err(|e| format!("cannot listen on 127.0.0.1:{port}: {e}"))?;
+    if exit_with_stdin {
+        // Started by a client that holds our standard input: when it goes away, however it ends,
+        // so do we.
+        tokio::spawn(async {
+            let mut sink = tokio::io::sink();
+            let _ = tokio::io::copy(&mut tokio::io::stdin(), &mut sink).await;
+            std::process::exit(0);
+        });
+    }
+    println!("listening on http://{addr}/");
+    eprintln!("backend: {}", config.to_json());
+    serve(listener, config)
+        .await
+        .map_err(|e| format!("the server stopped: {e}"))
+}
+
+/// Counts of one run, as answered by `GET /stats`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct BackendStats {
+    /// Requests served to a client still waiting for the answer (a client that gives up at the
+    /// last moment is counted here).
+    pub served: u64,
+    /// Requests served after their client had given up (wasted work).
+    pub abandoned: u64,
+    /// Requests still queued or in service.
+    pub queued: u64,
+    /// Requests of earlier runs discarded unserved.
+    pub stale: u64,
+}
+
+impl BackendStats {
+    /// The counts as JSON.
+    pub fn to_json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "served": self.served,
+            "abandoned": self.abandoned,
+            "queued": self.queued,
+            "stale": self.stale,
+        })
+    }
+
+    /// Reads [`to_json`](Self::to_json)'s output.
+    pub fn from_json(json: &serde_json::Value) -> Result<Self, String> {
+        let count = |name: &str| {
+            json.get(name)
+                .and_then(serde_json::Value::as_u64)
+                .ok_or_else(|| format!("backend stats: `{name}` is not a count: {json}"))
+        };
+        Ok(Self {
+            served: count("served")?,
+            abandoned: count("abandoned")?,
+            queued: count("queued")?,
+            stale: count("stale")?,
+        })
+    }
+}
+
+/// A queued request: the run it belongs to, and where its answer goes.
+struct Job {
+    run: u64,
+    reply: oneshot::Sender<()>,
+}
+
+/// The current run: its number and when it started.
+#[derive(Clone, Copy)]
+struct Run {
+    number: u64,
+    started: Instant,
+}
+
+struct Shared {
+    config: BackendConfig,
+    queue: mpsc::UnboundedSender<Job>,
+    run: Mutex<Run>,
+    enqueued: AtomicU64,
+    done: AtomicU64,
+    served: AtomicU64,
+    abandoned: AtomicU64,
+    stale: AtomicU64,
+}
+
+impl Shared {
+    fn run(&self) -> Run {
+        *self
+            .run
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+/// Serves the backend on `listener` until the process ends.
+pub async fn serve(listener: TcpListener, config: BackendConfig) -> std::io::Result<()> {
+    let (queue, receiver) = mpsc::unbounded_channel();
+    let shared = Arc::new(Shared {
+        config: config.clone(),
+        queue,
+        run: Mutex::new(Run {
+            number: 0,
+            started: Instant::now(),
+        }),
+        enqueued: AtomicU64::new(0),
+        done: AtomicU64::new(0),
+        served: AtomicU64::new(0),
+        abandoned: AtomicU64::new(0),
+        stale: AtomicU64::new(0),
+    });
+    let receiver = Arc::new(tokio::sync::Mutex::new(receiver));
+    for index in 0..config.workers.max(config.workers_after) {
+        tokio::spawn(worker(index, shared.clone(), receiver.clone()));
+    }
+    let app = Router::new()
+        .route("/work", get(work))
+        .route("/run", post(start_run))
+        .route("/stats", get(stats))
+        .with_state(shared);
+    axum::serve(listener, app).await
+}
+
+/// Binds 127.0.0.1:`port` (0: any free port) and answers the address bound.
+pub async fn bind(port: u16) -> std::io::Result<(TcpListener, SocketAddr)> {
+    let listener = TcpListener::bind(("127.0.0.1", port)).await?;
+    let addr = listener.local_addr()?;
+    Ok((listener, addr))
+}
+
+/// Worker `index`: takes requests in arrival order while it is one of the workers in service.
+async fn worker(
+    index: usize,
+    shared: Arc<Shared>,
+    receiver: Arc<tokio::sync::Mutex<mpsc::UnboundedReceiver<Job>>>,
+) {
+    const OFF_DUTY_POLL: Duration = Duration::from_millis(5);
+    loop {
+        let run = shared.run();
+        if index >= shared.config.workers_at(run.started.elapsed()) {
+            tokio::time::sleep(OFF_DUTY_POLL).await;
+            continue;
+        }
+        let job = receiver.lock().await.recv().await;
+        let Some(job) = job else {
+            return;
+        };
+        let run = shared.run();
+        if job.run != run.number {
+            shared.stale.fetch_add(1, Ordering::Relaxed);
+            shared.done.fetch_add(1, Ordering::Relaxed);
+            continue;
+        }
+        tokio::time::sleep(shared.config.service_at(run.started.elapsed())).await;
+        // Counted before the answer leaves, so that a client that has its answer finds it counted.
+        if job.reply.is_closed() {
+            shared.abandoned.fetch_add(1, Ordering::Relaxed);
+        } else {
+            shared.served.fetch_add(1, Ordering::Relaxed);
+            let _ = job.reply.send(());
+        }
+        shared.done.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// `GET /work`: queued, served by a worker, answered 200 (503 if the backend is shutting down).
+async fn work(State(shared): State<Arc<Shared>>) -> impl IntoResponse {
+    let (reply, answer) = oneshot::channel();
+    let job = Job {
+        run: shared.run().number,
+        reply,
+    };
+    shared.enqueued.fetch_add(1, Ordering::Relaxed);
+    if shared.queue.send(job).is_err() {
+        shared.done.fetch_add(1, Ordering::Relaxed);
+        return (StatusCode::SERVICE_UNAVAILABLE, "shutting down\n");
+    }
+    match answer.await {
+        Ok(()) => (StatusCode::OK, "ok\n"),
+        Err(_) => (StatusCode::SERVICE_UNAVAILABLE, "discarded\n"),
+    }
+}
+
+/// `POST /run`: starts a run (step clock at zero, earlier requests discarded), answers the config.
+async fn start_run(State(shared): State<Arc<Shared>>) -> impl IntoResponse {
+    {
+        let mut run = shared
+            .run
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        run.number += 1;
+        run.started = Instant::now();
+    }
+    for counter in [&shared.served, &shared.abandoned, &shared.stale] {
+        counter.store(0, Ordering::Relaxed);
+    }
+    json_response(shared.config.to_json())
+}
+
+/// `GET /stats`: the counts of the current run.
+async fn stats(State(shared): State<Arc<Shared>>) -> impl IntoResponse {
+    let enqueued = shared.enqueued.load(Ordering::Relaxed);
+    let done = shared.done.load(Ordering::Relaxed);
+    let stats = BackendStats {
+        served: shared.served.load(Ordering::Relaxed),
+        abandoned: shared.abandoned.load(Ordering::Relaxed),
+        queued: enqueued.saturating_sub(done),
+        stale: shared.stale.load(Ordering::Relaxed),
+    };
+    json_response(stats.to_json())
+}
+
+fn json_response(json: serde_json::Value) -> impl IntoResponse {
+    (
+        [(header::CONTENT_TYPE, "application/json")],
+        json.to_string(),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(flags: &[&str]) -> Result<BackendConfig, String> {
+        let mut config = BackendConfig::default();
+        let mut explicit = false;
+        let mut args = flags.iter().map(|s| s.to_string());
+        while let Some(flag) = args.next() {
+            if !config.read_flag(&flag, &mut args, &mut explicit)? {
+                return Err(format!("unknown flag {flag}"));
+            }
+        }
+        Ok(config)
+    }
+
+    #[test]
+    fn flags_round_trip_through_to_flags_and_json() {
+        let config = parse(&[
+            "--workers",
+            "8",
+            "--workers-to",
+            "4",
+            "--service-ms",
+            "5",
+            "--step-at",
+            "2.5",
+            "--step-to",
+            "12.5",
+        ])
+        .unwrap();
+        assert_eq!(config.workers, 8);
+        assert_eq!(config.workers_after, 4);
+        assert_eq!(config.step_at, Some(Duration::from_millis(2500)));
+        let flags = config.to_flags();
+        let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+        assert_eq!(parse(&flags).unwrap(), config);
+        assert_eq!(BackendConfig::from_json(&config.to_json()).unwrap(), config);
+    }
+
+    #[test]
+    fn workers_follow_workers_unless_a_step_says_otherwise() {
+        assert_eq!(parse(&["--workers", "6"]).unwrap().workers_after, 6);
+        assert_eq!(
+            parse(&["--workers-to", "2", "--workers", "6"])
+                .unwrap()
+                .workers_after,
+            2
+        );
+        let no_step = parse(&["--step-at", "none"]).unwrap();
+        assert_eq!(
+            no_step.service_at(Duration::from_secs(100)),
+            no_step.service
+        );
+    }
+
+    #[test]
+    fn bad_flags_name_what_to_change() {
+        assert!(
+            parse(&["--workers", "0"])
+                .unwrap_err()
+                .contains("--workers")
+        );
+        assert!(
+            parse(&["--service-ms", "-1"])
+                .unwrap_err()
+                .contains("--service-ms")
+        );
+        assert!(
+            parse(&["--step-at", "soon"])
+                .unwrap_err()
+                .contains("--step-at")
+        );
+    }
+
+    #[test]
+    fn the_step_changes_workers_and_service_time_at_step_at() {
+        let config = parse(&["--workers-to", "2", "--step-at", "10"]).unwrap();
+        let before = Duration::from_millis(9_999);
+        let at = Duration::from_secs(10);
+        assert_eq!(
+            (config.workers_at(before), config.service_at(before)),
+            (4, Duration::from_millis(10))
+        );
+        assert_eq!(
+            (config.workers_at(at), config.service_at(at)),
+            (2, Duration::from_millis(25))
+        );
+    }
+}
