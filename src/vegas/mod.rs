@@ -52,15 +52,23 @@
 //! machinery that hands out permits; the limiter imports the algorithms' contract, never the
 //! reverse. Both report [`ConfigError`].
 
+#[cfg(any(feature = "tower", feature = "reqwest"))]
+mod admission;
 mod algorithms;
+mod classify;
 mod error;
+#[cfg(feature = "tower")]
+pub mod layer;
 mod limiter;
+#[cfg(feature = "reqwest")]
+pub mod reqwest;
 
 pub use algorithms::{
     Aimd, AimdBuilder, Fixed, Gradient, GradientBuilder, LimitAlgorithm, LimitBounds, MAX_LIMIT,
     Outcome, Sample, Vegas, VegasBuilder,
 };
-pub use error::{AcquireError, ConfigError};
+pub use classify::{HttpClassifier, OutcomeClassifier};
+pub use error::{AcquireError, ConfigError, Shed};
 pub use limiter::{
     DEFAULT_PARTITION, Limiter, LimiterBuilder, LimiterSnapshot, OwnedPermit, PartitionId, Permit,
     QueueOrder,
