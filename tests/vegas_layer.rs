@@ -555,3 +555,27 @@ async fn a_shed_attempt_is_not_retried() {
     assert!(seen.lock().is_empty(), "the dependency was not called");
     held.ignore();
 }
+
+#[test]
+fn the_service_is_send_and_sync_and_its_future_send() {
+    fn send_sync<T: Send + Sync + 'static>(_: &T) {}
+    fn send<T: Send>(_: &T) {}
+    let limiter = Limiter::builder(Fixed::new(1).unwrap()).build().unwrap();
+    let mut svc = AdaptiveConcurrencyLayer::new(limiter.clone()).layer(service_fn(
+        |_req: Request<()>| async { Ok::<_, std::io::Error>(status(200)) },
+    ));
+    send_sync(&svc);
+    // Called without `poll_ready`: a permit is taken at once, or the call is shed.
+    let first = svc.call(Request::new(()));
+    send(&first);
+    assert_eq!(limiter.in_flight(), 1);
+    let second = svc.call(Request::new(()));
+    drop(first);
+    assert_eq!(limiter.in_flight(), 0);
+    let error = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap()
+        .block_on(second)
+        .unwrap_err();
+    assert!(error.is::<Shed>());
+}
