@@ -89,6 +89,11 @@ impl<C> AdaptiveConcurrencyMiddleware<C> {
     pub fn limiter(&self) -> &Limiter {
         self.admission.limiter()
     }
+
+    /// How long a request waits for a permit before it is shed (`Duration::ZERO`: not at all).
+    pub fn max_wait(&self) -> Duration {
+        self.admission.max_wait()
+    }
 }
 
 #[async_trait::async_trait]
