@@ -10,9 +10,8 @@ use http::StatusCode;
 use super::algorithms::Outcome;
 use crate::backoff::{BoxError, is_transient};
 
-/// Decides the [`Outcome`] of a finished call from its result: what the tower
-/// [layer](crate::vegas::layer) and the reqwest [middleware](crate::vegas::reqwest) report on the
-/// call's permit.
+/// Decides the [`Outcome`] of a finished call from its result: what the tower layer in
+/// `vegas::layer` and the reqwest middleware in `vegas::reqwest` report on the call's permit.
 ///
 /// - [`Outcome::Success`]: the dependency answered; the round-trip time is a latency sample.
 /// - [`Outcome::Dropped`]: the dependency is overloaded (it refused, or did not answer in time):

@@ -173,9 +173,9 @@ impl fmt::Display for AcquireError {
 impl std::error::Error for AcquireError {}
 
 /// An outbound call refused by its concurrency limit: no permit was free (at once, or within the
-/// middleware's wait bound), so the call was **not sent**. Returned by the tower
-/// [layer](crate::vegas::layer) (as a `BoxError`) and the reqwest
-/// [middleware](crate::vegas::reqwest) (as a middleware error); find it with `downcast_ref`.
+/// middleware's wait bound), so the call was **not sent**. Returned by the tower layer in
+/// `vegas::layer` (as a `BoxError`) and the reqwest middleware in `vegas::reqwest` (as a
+/// middleware error); find it with `downcast_ref`.
 ///
 /// A shed call is not retried by flowguard's retry policies (its error is not transient):
 /// retrying would add to the load the limit is shedding. Answer it at once (e.g. `503`), serve a
