@@ -64,6 +64,12 @@ pub enum ConfigError {
         /// The sum of all shares.
         total: f64,
     },
+    /// A middleware was told to take its permits from a partition its limiter does not
+    /// declare.
+    UnknownPartition {
+        /// The name given.
+        name: String,
+    },
     /// A limit is above [`MAX_LIMIT`](crate::vegas::MAX_LIMIT) (2^31 - 1), the most permits a
     /// limiter can track.
     LimitTooLarge {
@@ -115,6 +121,10 @@ impl fmt::Display for ConfigError {
                     "partition `{name}` is declared twice; give each partition a unique name"
                 )
             }
+            Self::UnknownPartition { name } => write!(
+                f,
+                "the limiter declares no partition `{name}`; declare it with `LimiterBuilder::partition` or name a declared one"
+            ),
             Self::SharesExceedOne { total } => write!(
                 f,
                 "partition shares add up to {total}, above 1.0; lower the shares so they sum to at most 1"
@@ -161,6 +171,55 @@ impl fmt::Display for AcquireError {
 }
 
 impl std::error::Error for AcquireError {}
+
+/// An outbound call refused by its concurrency limit: no permit was free (at once, or within the
+/// middleware's wait bound), so the call was **not sent**. Returned by the tower layer in
+/// `vegas::layer` (as a `BoxError`) and the reqwest middleware in `vegas::reqwest` (as a
+/// middleware error); find it with `downcast_ref`.
+///
+/// A shed call is not retried by flowguard's retry policies (its error is not transient):
+/// retrying would add to the load the limit is shedding. Answer it at once (e.g. `503`), serve a
+/// fallback, or classify it as retryable yourself.
+///
+/// ```
+/// use flowguard::vegas::{AcquireError, Shed};
+///
+/// let error: Box<dyn std::error::Error + Send + Sync> =
+///     Box::new(Shed::from(AcquireError::Full { limit: 8, in_flight: 8 }));
+/// let shed = error.downcast_ref::<Shed>().expect("a shed call");
+/// assert!(matches!(shed.cause(), AcquireError::Full { limit: 8, .. }));
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Shed {
+    cause: AcquireError,
+}
+
+impl Shed {
+    /// Why no permit was granted: the limit was full ([`AcquireError::Full`], when the
+    /// middleware does not wait) or no permit became free within the wait bound
+    /// ([`AcquireError::Timeout`]).
+    pub fn cause(&self) -> AcquireError {
+        self.cause
+    }
+}
+
+impl From<AcquireError> for Shed {
+    fn from(cause: AcquireError) -> Self {
+        Self { cause }
+    }
+}
+
+impl fmt::Display for Shed {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "call shed, not sent: {}", self.cause)
+    }
+}
+
+impl std::error::Error for Shed {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.cause)
+    }
+}
 
 /// Checks that `value` is finite and inside `[lo, hi]` (both inclusive).
 pub(crate) fn check_range(

@@ -10,6 +10,11 @@
 //!   borrow the limiter ([`OwnedPermit`]s from the `_owned` forms move into spawned tasks),
 //!   [partitions](LimiterBuilder::partition) with guaranteed shares, RTT [`LimiterSnapshot`]s
 //!   and [metrics](#metrics). Built with [`Limiter::builder`].
+//! - Outbound HTTP calls: `vegas::layer` (tower, feature `tower`) and `vegas::reqwest`
+//!   (reqwest-middleware, feature `reqwest`) hold a permit per request, one per attempt under a
+//!   retry layer placed outside them; outcomes come from an [`OutcomeClassifier`]
+//!   ([`HttpClassifier`] by default), and a request without a permit is not sent and fails with
+//!   [`Shed`].
 //! - Time: the limiter reads a [`MonotonicClock`](crate::clock::MonotonicClock) by default; give
 //!   it a [`ManualClock`](crate::clock::ManualClock) with [`LimiterBuilder::clock`] in tests and
 //!   simulations.
@@ -50,17 +55,26 @@
 //!
 //! `algorithms/` holds the limit algorithms (pure, fed samples, no clock) and `limiter/` the
 //! machinery that hands out permits; the limiter imports the algorithms' contract, never the
-//! reverse. Both report [`ConfigError`].
+//! reverse. Both report [`ConfigError`]. The outbound glue sits beside them: `classify` (outcomes
+//! of finished calls), `admission` (how a middleware takes its permits), `layer/` and `reqwest`.
 
+#[cfg(any(feature = "tower", feature = "reqwest"))]
+mod admission;
 mod algorithms;
+mod classify;
 mod error;
+#[cfg(feature = "tower")]
+pub mod layer;
 mod limiter;
+#[cfg(feature = "reqwest")]
+pub mod reqwest;
 
 pub use algorithms::{
     Aimd, AimdBuilder, Fixed, Gradient, GradientBuilder, LimitAlgorithm, LimitBounds, MAX_LIMIT,
     Outcome, Sample, Vegas, VegasBuilder,
 };
-pub use error::{AcquireError, ConfigError};
+pub use classify::{HttpClassifier, OutcomeClassifier};
+pub use error::{AcquireError, ConfigError, Shed};
 pub use limiter::{
     DEFAULT_PARTITION, Limiter, LimiterBuilder, LimiterSnapshot, OwnedPermit, PartitionId, Permit,
     QueueOrder,

@@ -1,0 +1,161 @@
+//! How a finished outbound call counts for the limit: [`OutcomeClassifier`], and the default for
+//! HTTP, [`HttpClassifier`].
+
+use std::convert::Infallible;
+use std::error::Error;
+use std::io;
+
+use http::StatusCode;
+
+use super::algorithms::Outcome;
+use crate::backoff::{BoxError, is_transient};
+
+/// Decides the [`Outcome`] of a finished call from its result: what the tower layer in
+/// `vegas::layer` and the reqwest middleware in `vegas::reqwest` report on the call's permit.
+///
+/// - [`Outcome::Success`]: the dependency answered; the round-trip time is a latency sample.
+/// - [`Outcome::Dropped`]: the dependency is overloaded (it refused, or did not answer in time):
+///   a congestion signal that cuts the limit.
+/// - [`Outcome::Ignored`]: the result says nothing about the dependency's load (e.g. a request
+///   that could not be built); the permit is released without a sample.
+///
+/// Implemented by [`HttpClassifier`] (the default) and by any `Fn(&Result<R, E>) -> Outcome`:
+///
+/// ```
+/// use flowguard::vegas::{OutcomeClassifier, Outcome};
+///
+/// // A gRPC-style client whose errors carry a code: "unavailable" is overload.
+/// let classify = |result: &Result<u32, &str>| match result {
+///     Ok(_) => Outcome::Success,
+///     Err("unavailable") => Outcome::Dropped,
+///     Err(_) => Outcome::Ignored,
+/// };
+/// assert_eq!(classify.classify(&Err("unavailable")), Outcome::Dropped);
+/// ```
+pub trait OutcomeClassifier<R, E> {
+    /// The outcome of a call that ended with `result`.
+    fn classify(&self, result: &Result<R, E>) -> Outcome;
+}
+
+impl<R, E, F: Fn(&Result<R, E>) -> Outcome> OutcomeClassifier<R, E> for F {
+    fn classify(&self, result: &Result<R, E>) -> Outcome {
+        self(result)
+    }
+}
+
+/// The default classifier for HTTP calls:
+///
+/// | result | outcome |
+/// |---|---|
+/// | `429 Too Many Requests`, `503 Service Unavailable`, `504 Gateway Timeout` | [`Dropped`](Outcome::Dropped) |
+/// | any other response (`2xx`, `3xx`, `4xx`, other `5xx`) | [`Success`](Outcome::Success) |
+/// | an error that is a timeout or a connection failure (see [`is_transient`]) | [`Dropped`](Outcome::Dropped) |
+/// | any other error | [`Ignored`](Outcome::Ignored) |
+///
+/// A `500` counts as a success: the dependency answered, at the speed it answers, so its
+/// round-trip time is a fair latency sample; only the statuses that say "too busy" cut the limit.
+///
+/// It classifies `http::Response<B>` with the errors a tower HTTP client usually has: `BoxError`
+/// (what `tower::timeout` and most stacks produce), [`io::Error`], [`Infallible`], and, with
+/// the feature `reqwest`, `reqwest::Error`; and `reqwest::Response` with `reqwest::Error` or
+/// `reqwest_middleware::Error`. For another error type, map it into a `BoxError`
+/// (`ServiceBuilder::map_err`) or write a classifier on top of [`HttpClassifier::status`] and
+/// [`HttpClassifier::error`].
+///
+/// ```
+/// use flowguard::vegas::{HttpClassifier, Outcome, OutcomeClassifier};
+/// use flowguard::backoff::BoxError;
+/// use http::{Response, StatusCode};
+///
+/// let busy: Result<Response<()>, BoxError> = Ok(Response::builder().status(503).body(())?);
+/// assert_eq!(HttpClassifier.classify(&busy), Outcome::Dropped);
+/// let refused: Result<Response<()>, std::io::Error> =
+///     Err(std::io::ErrorKind::ConnectionRefused.into());
+/// assert_eq!(HttpClassifier.classify(&refused), Outcome::Dropped);
+/// assert_eq!(HttpClassifier::status(StatusCode::NOT_FOUND), Outcome::Success);
+/// # Ok::<(), http::Error>(())
+/// ```
+#[derive(Debug, Clone, Copy, Default)]
+pub struct HttpClassifier;
+
+impl HttpClassifier {
+    /// The outcome of a call answered with `status`: [`Outcome::Dropped`] for 429, 503 and 504,
+    /// [`Outcome::Success`] otherwise.
+    pub fn status(status: StatusCode) -> Outcome {
+        match status {
+            StatusCode::TOO_MANY_REQUESTS
+            | StatusCode::SERVICE_UNAVAILABLE
+            | StatusCode::GATEWAY_TIMEOUT => Outcome::Dropped,
+            _ => Outcome::Success,
+        }
+    }
+
+    /// The outcome of a call that failed with `error` before any response:
+    /// [`Outcome::Dropped`] when it (or one of its sources) is a timeout or a connection failure
+    /// ([`is_transient`]), [`Outcome::Ignored`] otherwise.
+    pub fn error(error: &(dyn Error + 'static)) -> Outcome {
+        if is_transient(error) {
+            Outcome::Dropped
+        } else {
+            Outcome::Ignored
+        }
+    }
+}
+
+/// `HttpClassifier` for `http::Response<B>` with the error types listed (each given as
+/// `|error| the error as a &dyn Error`).
+macro_rules! http_responses_with {
+    ($($error:ty => |$e:ident| $as_error:expr;)*) => {$(
+        impl<B> OutcomeClassifier<http::Response<B>, $error> for HttpClassifier {
+            fn classify(&self, result: &Result<http::Response<B>, $error>) -> Outcome {
+                match result {
+                    Ok(response) => HttpClassifier::status(response.status()),
+                    Err($e) => HttpClassifier::error($as_error),
+                }
+            }
+        }
+    )*};
+}
+
+http_responses_with! {
+    BoxError => |e| e.as_ref();
+    io::Error => |e| e;
+}
+
+#[cfg(feature = "reqwest")]
+http_responses_with! {
+    ::reqwest::Error => |e| e;
+}
+
+impl<B> OutcomeClassifier<http::Response<B>, Infallible> for HttpClassifier {
+    fn classify(&self, result: &Result<http::Response<B>, Infallible>) -> Outcome {
+        match result {
+            Ok(response) => HttpClassifier::status(response.status()),
+            Err(never) => match *never {},
+        }
+    }
+}
+
+#[cfg(feature = "reqwest")]
+impl OutcomeClassifier<::reqwest::Response, ::reqwest::Error> for HttpClassifier {
+    fn classify(&self, result: &Result<::reqwest::Response, ::reqwest::Error>) -> Outcome {
+        match result {
+            Ok(response) => HttpClassifier::status(response.status()),
+            Err(error) => HttpClassifier::error(error),
+        }
+    }
+}
+
+#[cfg(feature = "reqwest")]
+impl OutcomeClassifier<::reqwest::Response, reqwest_middleware::Error> for HttpClassifier {
+    fn classify(&self, result: &Result<::reqwest::Response, reqwest_middleware::Error>) -> Outcome {
+        match result {
+            Ok(response) => HttpClassifier::status(response.status()),
+            Err(reqwest_middleware::Error::Reqwest(error)) => HttpClassifier::error(error),
+            Err(reqwest_middleware::Error::Middleware(error)) => {
+                let error: &(dyn Error + 'static) = error.as_ref();
+                HttpClassifier::error(error)
+            }
+        }
+    }
+}
