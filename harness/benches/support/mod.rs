@@ -21,7 +21,10 @@ pub fn run(benches: fn()) -> Option<SystemTime> {
 /// Criterion keeps `new/estimates.json` from earlier runs; a file older than this process belongs
 /// to a bench that was filtered out now, so it is not reported as if it were current.
 fn estimate_ns(started: SystemTime, group: &str, function: &str, statistic: &str) -> Option<f64> {
-    let dir = std::env::var("CARGO_TARGET_DIR").unwrap_or_else(|_| "target".into());
+    // Criterion writes under the workspace's target directory, while a bench runs from its
+    // package's directory (harness/): find the target directory from the workspace root.
+    let dir = std::env::var("CARGO_TARGET_DIR")
+        .unwrap_or_else(|_| concat!(env!("CARGO_MANIFEST_DIR"), "/../target").to_string());
     let path = format!("{dir}/criterion/{group}/{function}/new/estimates.json");
     if std::fs::metadata(&path).ok()?.modified().ok()? < started {
         return None;
