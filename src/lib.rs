@@ -11,4 +11,4 @@ mod guard;
 pub mod headers;
 pub mod vegas;
 
-pub use guard::{DEFAULT_ACQUIRE_TIMEOUT, Guard, GuardBuilder, GuardError};
+pub use guard::{AdmitError, DEFAULT_ACQUIRE_TIMEOUT, Guard, GuardBuilder, GuardError};

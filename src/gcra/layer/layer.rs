@@ -5,7 +5,7 @@ use std::sync::Arc;
 use tower::Layer;
 
 use super::service::RateLimitService;
-use crate::gcra::RateLimitStore;
+use crate::gcra::KeyedLimit;
 use crate::headers::{HeaderStyle, PolicyName, QuotaPolicy};
 
 /// Applies a keyed quota to inbound `http` requests. See the [module docs](super) for an example.
@@ -16,7 +16,7 @@ pub struct RateLimitLayer<St: ?Sized, K> {
     style: HeaderStyle,
 }
 
-impl<St: RateLimitStore + ?Sized, K> RateLimitLayer<St, K> {
+impl<St: KeyedLimit + ?Sized, K> RateLimitLayer<St, K> {
     /// Limits requests by `key` (see [`KeyExtractor`](super::KeyExtractor)) against `store`,
     /// advertising the store's quota as the policy `"default"` in the IETF fields.
     pub fn new(store: Arc<St>, key: K) -> Self {
