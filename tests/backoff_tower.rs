@@ -100,7 +100,7 @@ async fn a_413_without_retry_after_is_final_even_when_listed() {
 #[tokio::test(start_paused = true)]
 async fn a_request_above_the_burst_is_sent_once() {
     use flowguard::clock::ManualClock;
-    use flowguard::gcra::layer::{KeyExtractor, RateLimitLayer};
+    use flowguard::gcra::layer::{KeyExtractor, QuotaLayer};
     use flowguard::gcra::{KeyedRateLimiter, Quota};
 
     /// Every request costs 5 tokens of client "c".
@@ -127,7 +127,7 @@ async fn a_request_above_the_burst_is_sent_once() {
         .retry(HttpRetry::new(HttpRetryPolicy::new(
             policy().build().unwrap(),
         )))
-        .layer(RateLimitLayer::new(store, Costs5(checked.clone())))
+        .layer(QuotaLayer::new(store, Costs5(checked.clone())))
         .service(service_fn(|_req: http::Request<String>| async {
             Ok::<_, BoxError>(http::Response::new(String::new()))
         }));

@@ -166,7 +166,7 @@ fn flood_two_tier(max_keys: usize, len: usize) -> usize {
     let mut key = vec![b'k'; len];
     runtime.block_on(async {
         // Warm up whatever the runtime allocates once.
-        limiter.check_key_n(b"warm-up", 1).await.unwrap();
+        let _ = limiter.check_key_n(b"warm-up", 1).await.unwrap();
     });
     let (peak, _) = peak_bytes(|| {
         runtime.block_on(async {

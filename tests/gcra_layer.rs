@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use flowguard::clock::ManualClock;
-use flowguard::gcra::layer::{KeyExtractor, RateLimitLayer};
+use flowguard::gcra::layer::{KeyExtractor, QuotaLayer};
 use flowguard::gcra::{KeyedLimit, KeyedRateLimiter, Quota};
 use flowguard::headers::{QuotaPolicy, ServiceLimit};
 use http::{HeaderMap, Request, Response, StatusCode};
@@ -53,7 +53,7 @@ fn service<St: KeyedLimit + 'static>(
     calls: Arc<AtomicUsize>,
 ) -> impl Service<Request<()>, Response = Response<String>, Error = Infallible> + Clone {
     ServiceBuilder::new()
-        .layer(RateLimitLayer::new(store, key))
+        .layer(QuotaLayer::new(store, key))
         .service_fn(move |_req: Request<()>| {
             calls.fetch_add(1, Ordering::SeqCst);
             async { Ok::<_, Infallible>(Response::new("ok".to_string())) }

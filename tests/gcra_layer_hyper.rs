@@ -7,7 +7,7 @@
 use std::convert::Infallible;
 use std::sync::Arc;
 
-use flowguard::gcra::layer::RateLimitLayer;
+use flowguard::gcra::layer::QuotaLayer;
 use flowguard::gcra::{KeyedLimit, KeyedRateLimiter, Quota};
 use http::{Request, Response};
 use hyper::body::Incoming;
@@ -41,14 +41,11 @@ async fn a_dyn_store_serves_hyper_connections_in_spawned_tasks() {
         for _ in 0..3 {
             let (stream, _) = listener.accept().await.unwrap();
             let svc = ServiceBuilder::new()
-                .layer(RateLimitLayer::new(
-                    store.clone(),
-                    |req: &Request<Incoming>| {
-                        req.headers()
-                            .get("x-api-key")
-                            .map(|v| v.as_bytes().to_vec())
-                    },
-                ))
+                .layer(QuotaLayer::new(store.clone(), |req: &Request<Incoming>| {
+                    req.headers()
+                        .get("x-api-key")
+                        .map(|v| v.as_bytes().to_vec())
+                }))
                 .service_fn(|_req: Request<Incoming>| async {
                     Ok::<_, Infallible>(Response::new(String::from("hello")))
                 });

@@ -179,7 +179,7 @@ fn denied_requests_change_nothing() {
         .clock(clock.clone())
         .build()
         .unwrap();
-    limiter.check_n(2).unwrap();
+    let _ = limiter.check_n(2).unwrap();
     for _ in 0..100 {
         assert!(!limiter.check().unwrap().allowed);
     }

@@ -120,7 +120,7 @@ fn degraded_decisions_advertise_nothing_made_up() {
         .build()
         .unwrap();
     let allowed = limiter.check().unwrap();
-    limiter.check_n(9).unwrap();
+    let _ = limiter.check_n(9).unwrap();
     let denied = limiter.check().unwrap();
     assert!(allowed.allowed && !denied.allowed);
     for how in [
@@ -312,7 +312,7 @@ mod layer {
     use std::convert::Infallible;
     use std::sync::Arc;
 
-    use flowguard::gcra::layer::RateLimitLayer;
+    use flowguard::gcra::layer::QuotaLayer;
     use flowguard::gcra::{KeyedRateLimiter, Overflow};
     use http::{Request, Response};
     use tower::{ServiceBuilder, ServiceExt};
@@ -380,11 +380,11 @@ mod layer {
         let per_key = store(Quota::per_minute(2).unwrap(), &clock);
         let svc = ServiceBuilder::new()
             .layer(
-                RateLimitLayer::new(global, |_: &Request<()>| Some(b"all".to_vec()))
+                QuotaLayer::new(global, |_: &Request<()>| Some(b"all".to_vec()))
                     .policy_name(PolicyName::new("global").unwrap()),
             )
             .layer(
-                RateLimitLayer::new(per_key, by_api_key)
+                QuotaLayer::new(per_key, by_api_key)
                     .policy_name(PolicyName::new("per-key").unwrap()),
             )
             .service_fn(|_req: Request<()>| async {
@@ -434,7 +434,7 @@ mod layer {
         let clock = ManualClock::new();
         let svc = ServiceBuilder::new()
             .layer(
-                RateLimitLayer::new(store(Quota::per_minute(2).unwrap(), &clock), by_api_key)
+                QuotaLayer::new(store(Quota::per_minute(2).unwrap(), &clock), by_api_key)
                     .header_style(HeaderStyle::Legacy),
             )
             .service_fn(|_req: Request<()>| async {
@@ -484,7 +484,7 @@ mod layer {
                 .unwrap(),
         );
         let svc = ServiceBuilder::new()
-            .layer(RateLimitLayer::new(store, by_api_key).header_style(HeaderStyle::Both))
+            .layer(QuotaLayer::new(store, by_api_key).header_style(HeaderStyle::Both))
             .service_fn(|_req: Request<()>| async {
                 Ok::<_, Infallible>(Response::new("ok".to_string()))
             });
@@ -518,7 +518,7 @@ mod layer {
                     .unwrap(),
             );
             let svc = ServiceBuilder::new()
-                .layer(RateLimitLayer::new(limiter, by_api_key))
+                .layer(QuotaLayer::new(limiter, by_api_key))
                 .service_fn(|_req: Request<()>| async {
                     Ok::<_, Infallible>(Response::new("ok".to_string()))
                 });

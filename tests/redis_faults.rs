@@ -224,7 +224,7 @@ async fn script_flush_and_restart_are_recovered_from_transparently() {
     assert!(stats.contains("cmdstat_eval:calls=2"), "{stats}");
     // A restarted (empty) server has no scripts either.
     server.restart();
-    until_recovered(&limiter).await;
+    let _ = until_recovered(&limiter).await;
     let d = check(&limiter, b"k").await;
     assert_eq!(
         (d.degraded, d.remaining),

@@ -117,7 +117,7 @@ async fn peeks_and_denials_change_nothing() {
     assert!(peek.allowed);
     assert_eq!(peek.remaining, 10);
     assert_eq!(server.cli(&["dbsize"]), "0", "a peek stores nothing");
-    limiter.check_key_n(b"k", 9).await.unwrap();
+    let _ = limiter.check_key_n(b"k", 9).await.unwrap();
     let key = limiter.store().key(b"k");
     let mut conn = raw(&server).await;
     let before: String = redis::cmd("GET")

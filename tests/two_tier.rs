@@ -134,7 +134,7 @@ async fn a_denied_reservation_is_honoured_locally_without_asking_again() {
     let clock = ManualClock::new();
     let quota = Quota::per_second(10).unwrap().with_burst(10).unwrap();
     let store = Probe::new(global(quota, &clock));
-    store.inner.check_key_n(b"k".as_slice(), 10).unwrap(); // another instance spent the whole burst
+    let _ = store.inner.check_key_n(b"k".as_slice(), 10).unwrap(); // another instance spent the whole burst
     let limiter = TwoTierLimiter::builder(store.clone(), 5)
         .clock(clock.clone())
         .max_keys(1000)

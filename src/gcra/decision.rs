@@ -22,6 +22,7 @@ use crate::headers::ceil_secs;
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[non_exhaustive]
+#[must_use = "a decision says whether the request may proceed"]
 pub struct Decision {
     /// Whether the tokens were granted (and spent). Denied requests change nothing.
     pub allowed: bool,

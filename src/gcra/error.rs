@@ -4,7 +4,6 @@ use std::fmt;
 use std::time::Duration;
 
 use super::quota::QuotaError;
-use super::share::LocalShare;
 
 /// What the GCRA core and the in-memory limiters can report instead of a [`Decision`](super::Decision).
 /// Each variant says what to change. (A check through a shared store can fail in more ways: see
@@ -75,7 +74,8 @@ pub enum ConfigError {
     },
     /// A two-tier maximum token age of zero: reserved tokens would be stale on arrival.
     ZeroTokenAge,
-    /// A local-fallback share that is not a fraction in `(0, 1]` (or zero instances).
+    /// A local-fallback [share](super::LocalShare) that is not a fraction in `(0, 1]` (or zero
+    /// instances).
     InvalidShare {
         /// The share given.
         share: f64,
@@ -83,8 +83,8 @@ pub enum ConfigError {
     /// The local-fallback quota derived from the global quota and this instance's share is
     /// invalid (typically: the share of the burst rounds down to zero tokens).
     LocalQuota {
-        /// The share that was applied.
-        share: LocalShare,
+        /// The share that was applied, as a fraction (one of `n` instances is `1 / n`).
+        share: f64,
         /// Why the derived quota is invalid.
         source: QuotaError,
     },
@@ -153,7 +153,7 @@ impl fmt::Display for ConfigError {
             ),
             ConfigError::LocalQuota { share, source } => write!(
                 f,
-                "the local-fallback quota ({share:?} of the global quota) is invalid: {source}; use a larger \
+                "the local-fallback quota (a share of {share} of the global quota) is invalid: {source}; use a larger \
                  share, a larger burst, or FailurePolicy::FailOpen / FailClosed"
             ),
             ConfigError::StoreResolution(source) => {

@@ -34,7 +34,7 @@ impl LocalShare {
     /// ```
     pub fn local_quota(&self, global: &Quota) -> Result<Quota, ConfigError> {
         let wrap = |source| ConfigError::LocalQuota {
-            share: *self,
+            share: self.fraction(),
             source,
         };
         match *self {
@@ -66,6 +66,14 @@ impl LocalShare {
                     .and_then(|q| q.with_burst(burst))
                     .map_err(wrap)
             }
+        }
+    }
+
+    /// The share as a fraction of the global quota.
+    fn fraction(&self) -> f64 {
+        match *self {
+            LocalShare::Fraction(share) => share,
+            LocalShare::Instances(n) => 1.0 / f64::from(n),
         }
     }
 
@@ -117,7 +125,7 @@ mod tests {
         assert_eq!(
             LocalShare::Instances(11).local_quota(&global),
             Err(ConfigError::LocalQuota {
-                share: LocalShare::Instances(11),
+                share: 1.0 / 11.0,
                 source: QuotaError::ZeroBurst
             })
         );

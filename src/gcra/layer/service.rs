@@ -1,4 +1,4 @@
-//! [`RateLimitService`]: checks each request's key, answers 429 when over quota.
+//! [`QuotaService`]: checks each request's key, answers 429 when over quota.
 
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -16,7 +16,7 @@ use crate::gcra::remote::StoreError;
 use crate::gcra::{CheckError, GcraError, KeyedLimit};
 use crate::headers::{HeaderStyle, QuotaPolicy, write_retry_after};
 
-/// The middleware service built by [`RateLimitLayer`](super::RateLimitLayer).
+/// The middleware service built by [`QuotaLayer`](super::QuotaLayer).
 ///
 /// * allowed: the inner service answers; the rate-limit fields are added to its response.
 /// * denied: `429 Too Many Requests` with `Retry-After` and the rate-limit fields; the inner
@@ -41,7 +41,7 @@ use crate::headers::{HeaderStyle, QuotaPolicy, write_retry_after};
 ///
 /// Every error is counted in `flowguard_rate_limit_errors_total{reason}`; a cost above the burst
 /// is logged at debug level (the client's mistake), the others as warnings or errors.
-pub struct RateLimitService<S, St: ?Sized, K> {
+pub struct QuotaService<S, St: ?Sized, K> {
     inner: S,
     store: Arc<St>,
     key: K,
@@ -49,7 +49,7 @@ pub struct RateLimitService<S, St: ?Sized, K> {
     style: HeaderStyle,
 }
 
-impl<S, St: ?Sized, K> RateLimitService<S, St, K> {
+impl<S, St: ?Sized, K> QuotaService<S, St, K> {
     pub(super) fn new(
         inner: S,
         store: Arc<St>,
@@ -57,7 +57,7 @@ impl<S, St: ?Sized, K> RateLimitService<S, St, K> {
         policy: Arc<QuotaPolicy>,
         style: HeaderStyle,
     ) -> Self {
-        RateLimitService {
+        QuotaService {
             inner,
             store,
             key,
@@ -73,7 +73,7 @@ type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
 // `St` needs no `'static` bound: the check's future owns what it needs, so the response future
 // holds no reference to the store. (A store type in that future, e.g. `dyn KeyedLimit + '_` with
 // its erased lifetime, kept hyper's `serve_connection` inside `tokio::spawn` from proving `Send`.)
-impl<S, St, K, B, R> Service<Request<B>> for RateLimitService<S, St, K>
+impl<S, St, K, B, R> Service<Request<B>> for QuotaService<S, St, K>
 where
     S: Service<Request<B>, Response = Response<R>> + Clone + Send + 'static,
     S::Future: Send,
@@ -123,7 +123,7 @@ fn status<R: Default>(code: StatusCode) -> Response<R> {
     response
 }
 
-/// The answer to a request the store returned `error` for (see [`RateLimitService`]), logged and counted.
+/// The answer to a request the store returned `error` for (see [`QuotaService`]), logged and counted.
 fn refusal<R: Default>(
     error: &CheckError,
     policy: &QuotaPolicy,
@@ -161,9 +161,9 @@ fn retry_soon<R: Default>() -> Response<R> {
     response
 }
 
-impl<S: Clone, St: ?Sized, K: Clone> Clone for RateLimitService<S, St, K> {
+impl<S: Clone, St: ?Sized, K: Clone> Clone for QuotaService<S, St, K> {
     fn clone(&self) -> Self {
-        RateLimitService {
+        QuotaService {
             inner: self.inner.clone(),
             store: self.store.clone(),
             key: self.key.clone(),
