@@ -35,7 +35,7 @@ fn url(server: &RedisServer, user: &str, password: &str) -> String {
 async fn a_user_with_only_the_needed_commands_works() {
     let server = RedisServer::start();
     create_user(&server, "limiter", &NEEDED);
-    let store = RedisStore::builder(&url(&server, "limiter", "s3cret"))
+    let store = RedisStore::builder(url(&server, "limiter", "s3cret"))
         .connect()
         .await
         .unwrap();
@@ -60,7 +60,7 @@ async fn every_needed_command_is_needed() {
         create_user(&server, &name, &granted);
         // Start from an empty script cache, as after a restart.
         assert_eq!(server.cli(&["script", "flush"]), "OK");
-        let store = RedisStore::builder(&url(&server, &name, "s3cret"))
+        let store = RedisStore::builder(url(&server, &name, "s3cret"))
             .connect()
             .await
             .unwrap();
@@ -104,14 +104,14 @@ async fn every_needed_command_is_needed() {
 async fn a_wrong_password_is_a_clear_error() {
     let server = RedisServer::start();
     create_user(&server, "limiter", &NEEDED);
-    let err = RedisStore::builder(&url(&server, "limiter", "wrong"))
+    let err = RedisStore::builder(url(&server, "limiter", "wrong"))
         .connect()
         .await
         .unwrap_err();
     assert!(matches!(err, ConnectError::AuthFailed { .. }), "{err:?}");
     let msg = err.to_string();
     assert!(msg.contains("check the user name and password"), "{msg}");
-    let err = RedisStore::builder(&url(&server, "nobody", "s3cret"))
+    let err = RedisStore::builder(url(&server, "nobody", "s3cret"))
         .connect()
         .await
         .unwrap_err();
@@ -121,7 +121,7 @@ async fn a_wrong_password_is_a_clear_error() {
 #[tokio::test]
 async fn requirepass_auth_works_and_a_missing_password_is_a_clear_error() {
     let server = RedisServer::start_with(&["--requirepass", "pw"]);
-    let store = RedisStore::builder(&format!("redis://:pw@127.0.0.1:{}", server.port))
+    let store = RedisStore::builder(format!("redis://:pw@127.0.0.1:{}", server.port))
         .connect()
         .await
         .unwrap();

@@ -223,7 +223,7 @@ async fn a_key_holding_something_else_is_a_typed_error() {
 #[tokio::test]
 async fn bad_configuration_is_a_typed_error() {
     let server = RedisServer::start();
-    let store = RedisStore::builder(&server.url()).connect().await.unwrap();
+    let store = RedisStore::builder(server.url()).connect().await.unwrap();
     // ~114 years: beyond what the script keeps exact.
     let too_long = Quota::per_hour(1).unwrap().with_burst(1_000_000).unwrap();
     assert!(matches!(

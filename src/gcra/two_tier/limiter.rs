@@ -151,6 +151,11 @@ impl<S: KeyedLimit + 'static, C: Clock + 'static> TwoTierLimiterBuilder<S, C> {
 }
 
 impl<S: KeyedLimit + 'static, C: Clock + 'static> TwoTierLimiter<S, C> {
+    /// Checks (and on success spends) one token for `key`.
+    pub async fn check_key(&self, key: &[u8]) -> Result<Decision, CheckError> {
+        self.check_key_n(key, 1).await
+    }
+
     /// Checks (and on success spends) `cost` tokens for `key`.
     ///
     /// * `cost <= batch`: decided locally while the reservoir holds tokens; when it runs dry, one

@@ -35,7 +35,8 @@
 //! * Reserved tokens stand for time slots of the global quota; they are dropped once they are
 //!   `max_token_age` old (default: the quota's burst window `B*T`, the time the global quota
 //!   takes to forget a whole burst), so an idle instance cannot hoard them.
-//! * When the store fails, its own failure policy answers the reservation (fail open, fail
+//! * When the shared store fails, the shared limiter's failure policy answers the reservation
+//!   (for the [remote](crate::gcra::remote) limiter: fail open, fail
 //!   closed, local fallback); tokens already on hand keep being served.
 //! * Reservoirs are kept in a bounded table like the in-memory limiter's; idle ones are reclaimed.
 //!
