@@ -1,5 +1,5 @@
 //! Both HTTP sides on loopback: a server that answers `429 Too Many Requests` with `Retry-After`
-//! through [`RateLimitLayer`], and a `reqwest` client whose [`RetryMiddleware`] waits what the
+//! through [`QuotaLayer`], and a `reqwest` client whose [`RetryMiddleware`] waits what the
 //! server asked before it retries. Takes about four seconds.
 //!
 //! Run: `cargo run --example http --features tower,reqwest`
@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use flowguard::backoff::reqwest::RetryMiddleware;
 use flowguard::backoff::{HttpRetryPolicy, RetryPolicy};
-use flowguard::gcra::layer::RateLimitLayer;
+use flowguard::gcra::layer::QuotaLayer;
 use flowguard::gcra::{KeyedRateLimiter, Quota};
 use http::{Request, Response};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
@@ -25,7 +25,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let hits = Arc::new(AtomicU32::new(0));
     let counted = hits.clone();
     let service = ServiceBuilder::new()
-        .layer(RateLimitLayer::new(store, |req: &Request<()>| {
+        .layer(QuotaLayer::new(store, |req: &Request<()>| {
             req.headers()
                 .get("x-api-key")
                 .map(|v| v.as_bytes().to_vec())

@@ -9,17 +9,18 @@
 
 use std::time::Duration;
 
-use flowguard::gcra::{KeyedRateLimiter, ManualClock, Quota};
+use flowguard::clock::ManualClock;
+use flowguard::gcra::{KeyedRateLimiter, Quota};
 use flowguard::headers::{HeaderStyle, PolicyName};
 use http::HeaderMap;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let quota = Quota::per_second(5)?.with_burst(10)?;
     let clock = ManualClock::new();
-    let limiter = KeyedRateLimiter::builder(quota)
+    let limiter = KeyedRateLimiter::<String>::builder(quota)
         .max_keys(100_000)
         .clock(clock.clone())
-        .build::<String>()?;
+        .build()?;
 
     println!("quota: {quota:?}");
     println!(

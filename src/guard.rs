@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::backoff::{AttemptEnd, AttemptHook, Classification, RetryError, RetryPolicy};
-use crate::gcra::{Decision, GcraError, RateLimitStore};
+use crate::gcra::{CheckError, Decision, KeyedLimit};
 use crate::vegas::{AcquireError, Limiter, Permit};
 
 /// Default time an outbound call waits for a concurrency permit before it is shed.
@@ -54,7 +54,7 @@ pub const DEFAULT_ACQUIRE_TIMEOUT: Duration = Duration::from_millis(50);
 /// ```
 #[derive(Clone)]
 pub struct Guard {
-    admission: Option<Arc<dyn RateLimitStore>>,
+    admission: Option<Arc<dyn KeyedLimit>>,
     concurrency: Option<Arc<Limiter>>,
     retry: Option<RetryPolicy>,
     /// The policy used without a configured one: a single attempt.
@@ -64,8 +64,9 @@ pub struct Guard {
 
 /// Configures a [`Guard`].
 #[derive(Default)]
+#[must_use = "a builder does nothing until `build` is called"]
 pub struct GuardBuilder {
-    admission: Option<Arc<dyn RateLimitStore>>,
+    admission: Option<Arc<dyn KeyedLimit>>,
     concurrency: Option<Arc<Limiter>>,
     retry: Option<RetryPolicy>,
     acquire_timeout: Option<Duration>,
@@ -73,15 +74,16 @@ pub struct GuardBuilder {
 
 impl GuardBuilder {
     /// The quota inbound requests are admitted by: an in-memory
-    /// [`KeyedRateLimiter<Vec<u8>>`](crate::gcra::KeyedRateLimiter), a Redis limiter (feature
-    /// `redis`), a [two-tier](crate::gcra::two_tier) limiter, or any [`RateLimitStore`].
-    pub fn rate_limit(mut self, store: impl RateLimitStore + 'static) -> Self {
+    /// [`KeyedRateLimiter`](crate::gcra::KeyedRateLimiter) with byte-string keys (`Vec<u8>`,
+    /// `String`, …), the [remote](crate::gcra::remote) limiter over Redis (feature `redis`), a
+    /// [two-tier](crate::gcra::two_tier) limiter, or any [`KeyedLimit`].
+    pub fn rate_limit(mut self, store: impl KeyedLimit + 'static) -> Self {
         self.admission = Some(Arc::new(store));
         self
     }
 
-    /// The same, sharing a store that other parts of the service also use.
-    pub fn shared_rate_limit(mut self, store: Arc<dyn RateLimitStore>) -> Self {
+    /// The same, sharing a limiter that other parts of the service also use.
+    pub fn shared_rate_limit(mut self, store: Arc<dyn KeyedLimit>) -> Self {
         self.admission = Some(store);
         self
     }
@@ -116,6 +118,36 @@ impl GuardBuilder {
     }
 }
 
+/// Why [`Guard::admit`] returned no decision.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum AdmitError {
+    /// The guard has no rate limit: configure one with [`GuardBuilder::rate_limit`].
+    NoRateLimit,
+    /// The rate limit returned no decision: see [`CheckError`].
+    Check(CheckError),
+}
+
+impl fmt::Display for AdmitError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            AdmitError::NoRateLimit => f.write_str(
+                "this Guard has no rate limit: configure one with GuardBuilder::rate_limit",
+            ),
+            AdmitError::Check(e) => e.fmt(f),
+        }
+    }
+}
+
+impl std::error::Error for AdmitError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            AdmitError::NoRateLimit => None,
+            AdmitError::Check(e) => Some(e),
+        }
+    }
+}
+
 /// Why [`Guard::call`] returned no success: the retry engine's [`RetryError`], whose
 /// [`Shed`](RetryError::Shed) variant carries the concurrency limiter's [`AcquireError`] (no
 /// permit was free within the acquire timeout, so the attempt was not made).
@@ -128,16 +160,16 @@ impl Guard {
     }
 
     /// Checks one token of `key`'s quota for an inbound request.
-    /// Without a configured rate limit this is [`GcraError::NoRateLimit`].
-    pub async fn admit(&self, key: &[u8]) -> Result<Decision, GcraError> {
+    /// Without a configured rate limit this is [`AdmitError::NoRateLimit`].
+    pub async fn admit(&self, key: &[u8]) -> Result<Decision, AdmitError> {
         self.admit_n(key, 1).await
     }
 
     /// Checks `cost` tokens of `key`'s quota.
-    pub async fn admit_n(&self, key: &[u8], cost: u32) -> Result<Decision, GcraError> {
+    pub async fn admit_n(&self, key: &[u8], cost: u32) -> Result<Decision, AdmitError> {
         match &self.admission {
-            Some(store) => store.check(key, cost).await,
-            None => Err(GcraError::NoRateLimit),
+            Some(limit) => limit.check(key, cost).await.map_err(AdmitError::Check),
+            None => Err(AdmitError::NoRateLimit),
         }
     }
 
@@ -166,7 +198,7 @@ impl Guard {
     }
 
     /// The inbound rate limit, if configured.
-    pub fn rate_limit(&self) -> Option<&Arc<dyn RateLimitStore>> {
+    pub fn rate_limit(&self) -> Option<&Arc<dyn KeyedLimit>> {
         self.admission.as_ref()
     }
 

@@ -99,8 +99,9 @@ async fn a_413_without_retry_after_is_final_even_when_listed() {
 /// final answer and is sent once, instead of being retried until the attempts run out.
 #[tokio::test(start_paused = true)]
 async fn a_request_above_the_burst_is_sent_once() {
-    use flowguard::gcra::layer::{KeyExtractor, RateLimitLayer};
-    use flowguard::gcra::{KeyedRateLimiter, ManualClock, Quota};
+    use flowguard::clock::ManualClock;
+    use flowguard::gcra::layer::{KeyExtractor, QuotaLayer};
+    use flowguard::gcra::{KeyedRateLimiter, Quota};
 
     /// Every request costs 5 tokens of client "c".
     #[derive(Clone)]
@@ -116,9 +117,9 @@ async fn a_request_above_the_burst_is_sent_once() {
     }
 
     let store = Arc::new(
-        KeyedRateLimiter::builder(Quota::per_second(3).unwrap())
+        KeyedRateLimiter::<Vec<u8>>::builder(Quota::per_second(3).unwrap())
             .clock(ManualClock::new())
-            .build::<Vec<u8>>()
+            .build()
             .unwrap(),
     );
     let checked = Arc::new(AtomicU32::new(0));
@@ -126,7 +127,7 @@ async fn a_request_above_the_burst_is_sent_once() {
         .retry(HttpRetry::new(HttpRetryPolicy::new(
             policy().build().unwrap(),
         )))
-        .layer(RateLimitLayer::new(store, Costs5(checked.clone())))
+        .layer(QuotaLayer::new(store, Costs5(checked.clone())))
         .service(service_fn(|_req: http::Request<String>| async {
             Ok::<_, BoxError>(http::Response::new(String::new()))
         }));

@@ -5,7 +5,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::thread;
 
-use flowguard::gcra::{KeyedRateLimiter, ManualClock, Quota, RateLimiter};
+use flowguard::clock::ManualClock;
+use flowguard::gcra::{KeyedRateLimiter, Quota, RateLimiter};
 
 const THREADS: usize = 8;
 const ATTEMPTS: usize = 20_000;
@@ -19,7 +20,12 @@ fn threads_on_one_key_admit_exactly_the_burst() {
 }
 
 fn one_key_admits_exactly_the_burst(quota: Quota) {
-    let limiter = Arc::new(RateLimiter::with_clock(quota, ManualClock::new()));
+    let limiter = Arc::new(
+        RateLimiter::builder(quota)
+            .clock(ManualClock::new())
+            .build()
+            .unwrap(),
+    );
     let admitted = Arc::new(AtomicU64::new(0));
     let handles: Vec<_> = (0..THREADS)
         .map(|i| {
@@ -58,9 +64,9 @@ fn threads_on_one_keyed_entry_admit_exactly_the_burst() {
 
 fn one_keyed_entry_admits_exactly_the_burst(quota: Quota) {
     let limiter = Arc::new(
-        KeyedRateLimiter::builder(quota)
+        KeyedRateLimiter::<u64>::builder(quota)
             .clock(ManualClock::new())
-            .build::<u64>()
+            .build()
             .unwrap(),
     );
     let admitted = Arc::new(AtomicU64::new(0));

@@ -11,10 +11,11 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 use std::time::Duration;
 
-use flowguard::gcra::two_tier::{TwoTierConfig, TwoTierLimiter};
+use flowguard::clock::ManualClock;
+use flowguard::gcra::two_tier::TwoTierLimiter;
 use flowguard::gcra::{
     GcraError, KeyedRateLimiter, MAX_HEAP_BYTES_PER_KEY, MAX_HEAP_FIXED_BYTES,
-    MAX_VERBATIM_KEY_LEN, ManualClock, Quota,
+    MAX_VERBATIM_KEY_LEN, Quota,
 };
 
 struct Counting;
@@ -90,10 +91,10 @@ fn flood(max_keys: usize, keys: usize, len: usize) -> usize {
     let mut key = vec![b'k'; len.max(8)];
     let key = &mut key[..];
     let (peak, left) = peak_bytes(|| {
-        let limiter = KeyedRateLimiter::builder(Quota::per_minute(1).unwrap())
+        let limiter = KeyedRateLimiter::<Vec<u8>>::builder(Quota::per_minute(1).unwrap())
             .clock(ManualClock::new())
             .max_keys(max_keys)
-            .build::<Vec<u8>>()
+            .build()
             .unwrap();
         let mut stored = 0;
         for i in 0..keys as u64 {
@@ -158,23 +159,26 @@ fn flood_two_tier(max_keys: usize, len: usize) -> usize {
         .unwrap();
     let clock = ManualClock::new();
     // One shard in both tiers: the same keys allocate the same way on every run.
-    let shared = KeyedRateLimiter::builder(Quota::per_second(100).unwrap())
+    let shared = KeyedRateLimiter::<Vec<u8>>::builder(Quota::per_second(100).unwrap())
         .clock(clock.clone())
         .max_keys(2 * max_keys)
-        .build::<Vec<u8>>()
+        .build()
         .unwrap();
-    let limiter =
-        TwoTierLimiter::with_clock(shared, TwoTierConfig::new(10), clock, max_keys).unwrap();
+    let limiter = TwoTierLimiter::builder(shared, 10)
+        .clock(clock)
+        .max_keys(max_keys)
+        .build()
+        .unwrap();
     let mut key = vec![b'k'; len];
     runtime.block_on(async {
         // Warm up whatever the runtime allocates once.
-        limiter.check(b"warm-up", 1).await.unwrap();
+        let _ = limiter.check_key_n(b"warm-up", 1).await.unwrap();
     });
     let (peak, _) = peak_bytes(|| {
         runtime.block_on(async {
             for i in 0..max_keys as u64 - 1 {
                 key[..8].copy_from_slice(&i.to_le_bytes());
-                assert!(limiter.check(&key, 1).await.unwrap().allowed);
+                assert!(limiter.check_key_n(&key, 1).await.unwrap().allowed);
             }
         });
     });
@@ -194,9 +198,9 @@ fn two_tier_reservoirs_cost_the_same_for_long_keys() {
 /// or only in length, have separate quotas; the same bytes as `str` or `[u8]` are one key.
 #[test]
 fn long_keys_keep_their_own_quota() {
-    let limiter = KeyedRateLimiter::builder(Quota::per_minute(1).unwrap())
+    let limiter = KeyedRateLimiter::<String>::builder(Quota::per_minute(1).unwrap())
         .clock(ManualClock::new())
-        .build::<String>()
+        .build()
         .unwrap();
     let long = "x".repeat(10_000);
     let mut keys = vec![long.clone(), format!("{long}y"), format!("{long}z")];
@@ -214,9 +218,9 @@ fn long_keys_keep_their_own_quota() {
     }
     assert_eq!(limiter.len(), keys.len());
 
-    let bytes = KeyedRateLimiter::builder(Quota::per_minute(1).unwrap())
+    let bytes = KeyedRateLimiter::<Vec<u8>>::builder(Quota::per_minute(1).unwrap())
         .clock(ManualClock::new())
-        .build::<Vec<u8>>()
+        .build()
         .unwrap();
     assert!(bytes.check_key(long.as_bytes()).unwrap().allowed);
     assert!(!bytes.check_key(&long.clone().into_bytes()).unwrap().allowed);

@@ -11,8 +11,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use flowguard::gcra::layer::{KeyExtractor, RateLimitLayer};
-use flowguard::gcra::{KeyedRateLimiter, ManualClock, Quota, RateLimitStore};
+use flowguard::clock::ManualClock;
+use flowguard::gcra::layer::{KeyExtractor, QuotaLayer};
+use flowguard::gcra::{KeyedLimit, KeyedRateLimiter, Quota};
 use flowguard::headers::{QuotaPolicy, ServiceLimit};
 use http::{HeaderMap, Request, Response, StatusCode};
 use tower::{Service, ServiceBuilder, ServiceExt};
@@ -46,13 +47,13 @@ fn policy_quota(headers: &HeaderMap) -> u64 {
 }
 
 /// A service behind the rate limit of `store`, keyed by `key`, counting the calls that reach it.
-fn service<St: RateLimitStore + 'static>(
+fn service<St: KeyedLimit + 'static>(
     store: Arc<St>,
     key: impl KeyExtractor<()>,
     calls: Arc<AtomicUsize>,
 ) -> impl Service<Request<()>, Response = Response<String>, Error = Infallible> + Clone {
     ServiceBuilder::new()
-        .layer(RateLimitLayer::new(store, key))
+        .layer(QuotaLayer::new(store, key))
         .service_fn(move |_req: Request<()>| {
             calls.fetch_add(1, Ordering::SeqCst);
             async { Ok::<_, Infallible>(Response::new("ok".to_string())) }
@@ -64,9 +65,9 @@ async fn over_quota_requests_get_429_and_never_reach_the_service() {
     let clock = ManualClock::new();
     let quota = Quota::per_second(2).unwrap().with_burst(3).unwrap();
     let store = Arc::new(
-        KeyedRateLimiter::builder(quota)
+        KeyedRateLimiter::<Vec<u8>>::builder(quota)
             .clock(clock.clone())
-            .build::<Vec<u8>>()
+            .build()
             .unwrap(),
     );
     let calls = Arc::new(AtomicUsize::new(0));
@@ -125,7 +126,7 @@ async fn over_quota_requests_get_429_and_never_reach_the_service() {
 async fn a_full_store_answers_503_with_retry_after() {
     let clock = ManualClock::new();
     let store = Arc::new(
-        KeyedRateLimiter::builder(Quota::per_minute(1).unwrap())
+        KeyedRateLimiter::<String>::builder(Quota::per_minute(1).unwrap())
             .max_keys(1)
             .clock(clock)
             .build()
@@ -175,9 +176,9 @@ fn costly(key: &str, cost: u32) -> Request<()> {
 #[tokio::test]
 async fn a_cost_above_the_burst_is_a_final_413_without_retry_after() {
     let store = Arc::new(
-        KeyedRateLimiter::builder(Quota::per_second(2).unwrap().with_burst(3).unwrap())
+        KeyedRateLimiter::<Vec<u8>>::builder(Quota::per_second(2).unwrap().with_burst(3).unwrap())
             .clock(ManualClock::new())
-            .build::<Vec<u8>>()
+            .build()
             .unwrap(),
     );
     let calls = Arc::new(AtomicUsize::new(0));
@@ -209,15 +210,17 @@ async fn a_cost_above_the_burst_is_a_final_413_without_retry_after() {
 #[cfg(feature = "redis")]
 #[tokio::test]
 async fn a_misconfigured_store_answers_500_without_retry_after() {
-    use flowguard::gcra::redis::{RedisRateLimiter, RedisStore};
+    use flowguard::gcra::redis::RedisStore;
+    use flowguard::gcra::remote::RemoteRateLimiter;
 
     let server = support::RedisServer::start();
     server.cli(&["RPUSH", "flowguard:=alice", "not-a-tat"]);
-    let store = RedisStore::standalone(server.url())
-        .connect()
-        .await
-        .unwrap();
-    let store = Arc::new(RedisRateLimiter::new(store, Quota::per_second(2).unwrap()).unwrap());
+    let store = RedisStore::builder(server.url()).connect().await.unwrap();
+    let store = Arc::new(
+        RemoteRateLimiter::builder(store, Quota::per_second(2).unwrap())
+            .build()
+            .unwrap(),
+    );
     let calls = Arc::new(AtomicUsize::new(0));
     let svc = service(store, by_api_key, calls.clone());
     let resp = svc.clone().oneshot(request(Some("alice"))).await.unwrap();

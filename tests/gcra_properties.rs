@@ -2,7 +2,8 @@
 
 use std::time::Duration;
 
-use flowguard::gcra::{GcraError, KeyedRateLimiter, ManualClock, Quota, RateLimiter};
+use flowguard::clock::ManualClock;
+use flowguard::gcra::{GcraError, KeyedRateLimiter, Quota, RateLimiter};
 use proptest::prelude::*;
 
 #[path = "support/window.rs"]
@@ -118,8 +119,8 @@ proptest! {
     #[test]
     fn limiters_decide_like_the_reference_model((quota, trace) in cases()) {
         let clock = ManualClock::new();
-        let single = RateLimiter::with_clock(quota, clock.clone());
-        let keyed = KeyedRateLimiter::builder(quota).clock(clock.clone()).build::<u8>().unwrap();
+        let single = RateLimiter::builder(quota).clock(clock.clone()).build().unwrap();
+        let keyed = KeyedRateLimiter::<u8>::builder(quota).clock(clock.clone()).build().unwrap();
         let mut model = Model::new(&quota);
         let mut now = 0u128;
         for (step, cost) in trace {
@@ -150,8 +151,8 @@ proptest! {
     #[test]
     fn no_window_admits_more_than_burst_plus_elapsed_over_interval((quota, trace) in cases()) {
         let clock = ManualClock::new();
-        let single = RateLimiter::with_clock(quota, clock.clone());
-        let keyed = KeyedRateLimiter::builder(quota).clock(clock.clone()).build::<u8>().unwrap();
+        let single = RateLimiter::builder(quota).clock(clock.clone()).build().unwrap();
+        let keyed = KeyedRateLimiter::<u8>::builder(quota).clock(clock.clone()).build().unwrap();
         let mut admitted: Vec<(u128, u128)> = vec![];
         for (step, cost) in trace {
             clock.advance(Duration::from_nanos(step));
@@ -174,8 +175,8 @@ proptest! {
         // The smallest burst that can keep up (see `tolerance_for_a_clock_of_whole_nanoseconds`).
         let burst = if quota.emission_interval_exact().1 == 1 { 1 } else { 2 };
         let quota = quota.with_burst(burst).unwrap();
-        let single = RateLimiter::with_clock(quota, clock.clone());
-        let keyed = KeyedRateLimiter::builder(quota).clock(clock.clone()).build::<u8>().unwrap();
+        let single = RateLimiter::builder(quota).clock(clock.clone()).build().unwrap();
+        let keyed = KeyedRateLimiter::<u8>::builder(quota).clock(clock.clone()).build().unwrap();
         clock.advance(Duration::from_millis(offset_ms));
         let start = clock.elapsed().as_nanos();
         let (rate, period) = (u128::from(quota.rate()), quota.period().as_nanos());
@@ -212,7 +213,10 @@ fn no_drift_over_a_day_at_seven_per_minute() {
 fn a_steady_client_is_never_denied_for_a_day() {
     for quota in [Quota::per_second(3).unwrap(), Quota::per_minute(7).unwrap()] {
         let clock = ManualClock::new();
-        let limiter = RateLimiter::with_clock(quota.with_burst(2).unwrap(), clock.clone());
+        let limiter = RateLimiter::builder(quota.with_burst(2).unwrap())
+            .clock(clock.clone())
+            .build()
+            .unwrap();
         let (rate, period) = (u128::from(quota.rate()), quota.period().as_nanos());
         let n = 86_400 * 1_000_000_000 * rate / period;
         for k in 0..n {
@@ -236,8 +240,14 @@ fn tolerance_for_a_clock_of_whole_nanoseconds() {
     let quota = Quota::per_second(3).unwrap();
     let at = |k: u64| Duration::from_nanos((k * 1_000_000_000).div_ceil(3));
     let clock = ManualClock::new();
-    let strict = RateLimiter::with_clock(quota.with_burst(1).unwrap(), clock.clone());
-    let tolerant = RateLimiter::with_clock(quota.with_burst(2).unwrap(), clock.clone());
+    let strict = RateLimiter::builder(quota.with_burst(1).unwrap())
+        .clock(clock.clone())
+        .build()
+        .unwrap();
+    let tolerant = RateLimiter::builder(quota.with_burst(2).unwrap())
+        .clock(clock.clone())
+        .build()
+        .unwrap();
     let mut strict_denied = 0;
     for k in 0..300 {
         clock.set(at(k));
@@ -247,7 +257,10 @@ fn tolerance_for_a_clock_of_whole_nanoseconds() {
     assert!(strict_denied > 0);
     // A burst-1 client that waits ceil(T) between requests is never denied.
     let clock = ManualClock::new();
-    let strict = RateLimiter::with_clock(quota.with_burst(1).unwrap(), clock.clone());
+    let strict = RateLimiter::builder(quota.with_burst(1).unwrap())
+        .clock(clock.clone())
+        .build()
+        .unwrap();
     for k in 0..300 {
         assert!(strict.check().unwrap().allowed, "spaced request {k}");
         clock.advance(quota.emission_interval());
@@ -258,10 +271,13 @@ fn tolerance_for_a_clock_of_whole_nanoseconds() {
 /// exactly when told. Returns (admitted, `B + floor(span / T)` with the nominal `T`).
 fn greedy(quota: Quota, span: Duration, keyed: bool) -> (u128, u128) {
     let clock = ManualClock::new();
-    let single = RateLimiter::with_clock(quota, clock.clone());
-    let many = KeyedRateLimiter::builder(quota)
+    let single = RateLimiter::builder(quota)
         .clock(clock.clone())
-        .build::<u8>()
+        .build()
+        .unwrap();
+    let many = KeyedRateLimiter::<u8>::builder(quota)
+        .clock(clock.clone())
+        .build()
         .unwrap();
     let mut admitted = 0u128;
     while clock.elapsed() <= span {
@@ -304,10 +320,13 @@ fn a_rate_that_does_not_divide_a_period_into_nanoseconds_is_not_exceeded() {
 fn a_large_burst_gains_no_token_over_days() {
     let quota = Quota::per_second(3).unwrap().with_burst(1_000_000).unwrap();
     let clock = ManualClock::new();
-    let single = RateLimiter::with_clock(quota, clock.clone());
-    let keyed = KeyedRateLimiter::builder(quota)
+    let single = RateLimiter::builder(quota)
         .clock(clock.clone())
-        .build::<u8>()
+        .build()
+        .unwrap();
+    let keyed = KeyedRateLimiter::<u8>::builder(quota)
+        .clock(clock.clone())
+        .build()
         .unwrap();
     assert!(single.check_n(1_000_000).unwrap().allowed);
     assert!(keyed.check_key_n(&0, 1_000_000).unwrap().allowed);

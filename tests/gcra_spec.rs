@@ -2,7 +2,8 @@
 
 use std::time::Duration;
 
-use flowguard::gcra::{GcraError, KeyedRateLimiter, ManualClock, Quota, RateLimiter};
+use flowguard::clock::ManualClock;
+use flowguard::gcra::{GcraError, KeyedRateLimiter, Quota, RateLimiter};
 
 const MS: Duration = Duration::from_millis(1);
 
@@ -37,10 +38,13 @@ fn row(
 fn run_table(quota: Quota, rows: &[Row]) {
     // The same table must hold for the single-key and the keyed limiter.
     let clock = ManualClock::new();
-    let single = RateLimiter::with_clock(quota, clock.clone());
-    let keyed = KeyedRateLimiter::builder(quota)
+    let single = RateLimiter::builder(quota)
         .clock(clock.clone())
-        .build::<String>()
+        .build()
+        .unwrap();
+    let keyed = KeyedRateLimiter::<String>::builder(quota)
+        .clock(clock.clone())
+        .build()
         .unwrap();
     for (i, r) in rows.iter().enumerate() {
         clock.advance(r.advance);
@@ -122,15 +126,18 @@ fn cost_zero_peeks_without_spending() {
 
 #[test]
 fn cost_above_burst_is_insufficient_capacity_not_retry_later() {
-    let limiter = RateLimiter::with_clock(Quota::per_second(5).unwrap(), ManualClock::new());
+    let limiter = RateLimiter::builder(Quota::per_second(5).unwrap())
+        .clock(ManualClock::new())
+        .build()
+        .unwrap();
     assert_eq!(
         limiter.check_n(6),
         Err(GcraError::InsufficientCapacity { cost: 6, burst: 5 })
     );
     // Nothing was spent.
     assert_eq!(limiter.check_n(5).unwrap().remaining, 0);
-    let keyed = KeyedRateLimiter::builder(Quota::per_second(5).unwrap())
-        .build::<u32>()
+    let keyed = KeyedRateLimiter::<u32>::builder(Quota::per_second(5).unwrap())
+        .build()
         .unwrap();
     assert_eq!(
         keyed.check_key_n(&1, 6),
@@ -146,7 +153,10 @@ fn cost_above_burst_is_insufficient_capacity_not_retry_later() {
 fn retry_after_rounds_up_and_waiting_that_long_is_enough() {
     // 7 per minute: T = 8.571428571 s. After the burst, the wait is not a whole number of seconds.
     let clock = ManualClock::new();
-    let limiter = RateLimiter::with_clock(Quota::per_minute(7).unwrap(), clock.clone());
+    let limiter = RateLimiter::builder(Quota::per_minute(7).unwrap())
+        .clock(clock.clone())
+        .build()
+        .unwrap();
     for _ in 0..7 {
         assert!(limiter.check().unwrap().allowed);
     }
@@ -165,8 +175,11 @@ fn retry_after_rounds_up_and_waiting_that_long_is_enough() {
 #[test]
 fn denied_requests_change_nothing() {
     let clock = ManualClock::new();
-    let limiter = RateLimiter::with_clock(Quota::per_second(2).unwrap(), clock.clone());
-    limiter.check_n(2).unwrap();
+    let limiter = RateLimiter::builder(Quota::per_second(2).unwrap())
+        .clock(clock.clone())
+        .build()
+        .unwrap();
+    let _ = limiter.check_n(2).unwrap();
     for _ in 0..100 {
         assert!(!limiter.check().unwrap().allowed);
     }

@@ -6,9 +6,10 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use flowguard::backoff::{BackoffBounds, BackoffStrategy, Classification, GiveUp, RetryPolicy};
-use flowguard::gcra::{GcraError, KeyedRateLimiter, ManualClock, Quota};
+use flowguard::clock::ManualClock;
+use flowguard::gcra::{KeyedRateLimiter, Quota};
 use flowguard::vegas::{Aimd, Fixed, LimitBounds, Limiter};
-use flowguard::{Guard, GuardError};
+use flowguard::{AdmitError, Guard, GuardError};
 use tokio::time::Instant;
 
 fn retry_on_err<T>(
@@ -33,7 +34,7 @@ fn policy(max_attempts: u32) -> RetryPolicy {
 
 #[tokio::test]
 async fn admit_applies_the_quota_and_needs_one() {
-    let store = KeyedRateLimiter::builder(Quota::per_minute(2).unwrap())
+    let store = KeyedRateLimiter::<String>::builder(Quota::per_minute(2).unwrap())
         .clock(ManualClock::new())
         .build()
         .unwrap();
@@ -46,7 +47,7 @@ async fn admit_applies_the_quota_and_needs_one() {
 
     let bare = Guard::builder().build();
     let err = bare.admit(b"a").await.unwrap_err();
-    assert_eq!(err, GcraError::NoRateLimit);
+    assert_eq!(err, AdmitError::NoRateLimit);
     assert!(err.to_string().contains("GuardBuilder::rate_limit"));
 }
 

@@ -8,7 +8,8 @@ mod support;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use flowguard::backoff::{Classification, HttpRetryPolicy, RetryPolicy};
-use flowguard::gcra::{Degradation, ManualClock, Quota, RateLimiter};
+use flowguard::clock::ManualClock;
+use flowguard::gcra::{Degradation, Quota, RateLimiter};
 use flowguard::headers::{
     FieldError, HeaderStyle, LegacyReset, MAX_RETRY_AFTER, PolicyName, QuotaPolicy, RetryAfter,
     ServiceLimit, requested_wait,
@@ -49,7 +50,7 @@ proptest! {
     ) {
         let quota = Quota::new(rate, Duration::from_millis(period_ms)).unwrap().with_burst(burst).unwrap();
         let clock = ManualClock::new();
-        let limiter = RateLimiter::with_clock(quota, clock.clone());
+        let limiter = RateLimiter::builder(quota).clock(clock.clone()).build().unwrap();
         let name = PolicyName::new("per-key").unwrap();
         let policy = quota.rate_limit_policy(name.clone());
         prop_assert_eq!(policy.quota(), u64::from(burst));
@@ -114,9 +115,12 @@ proptest! {
 fn degraded_decisions_advertise_nothing_made_up() {
     let quota = Quota::per_second(10).unwrap();
     let policy = quota.rate_limit_policy(PolicyName::default());
-    let limiter = RateLimiter::with_clock(quota, ManualClock::new());
+    let limiter = RateLimiter::builder(quota)
+        .clock(ManualClock::new())
+        .build()
+        .unwrap();
     let allowed = limiter.check().unwrap();
-    limiter.check_n(9).unwrap();
+    let _ = limiter.check_n(9).unwrap();
     let denied = limiter.check().unwrap();
     assert!(allowed.allowed && !denied.allowed);
     for how in [
@@ -308,7 +312,7 @@ mod layer {
     use std::convert::Infallible;
     use std::sync::Arc;
 
-    use flowguard::gcra::layer::RateLimitLayer;
+    use flowguard::gcra::layer::QuotaLayer;
     use flowguard::gcra::{KeyedRateLimiter, Overflow};
     use http::{Request, Response};
     use tower::{ServiceBuilder, ServiceExt};
@@ -376,11 +380,11 @@ mod layer {
         let per_key = store(Quota::per_minute(2).unwrap(), &clock);
         let svc = ServiceBuilder::new()
             .layer(
-                RateLimitLayer::new(global, |_: &Request<()>| Some(b"all".to_vec()))
+                QuotaLayer::new(global, |_: &Request<()>| Some(b"all".to_vec()))
                     .policy_name(PolicyName::new("global").unwrap()),
             )
             .layer(
-                RateLimitLayer::new(per_key, by_api_key)
+                QuotaLayer::new(per_key, by_api_key)
                     .policy_name(PolicyName::new("per-key").unwrap()),
             )
             .service_fn(|_req: Request<()>| async {
@@ -430,7 +434,7 @@ mod layer {
         let clock = ManualClock::new();
         let svc = ServiceBuilder::new()
             .layer(
-                RateLimitLayer::new(store(Quota::per_minute(2).unwrap(), &clock), by_api_key)
+                QuotaLayer::new(store(Quota::per_minute(2).unwrap(), &clock), by_api_key)
                     .header_style(HeaderStyle::Legacy),
             )
             .service_fn(|_req: Request<()>| async {
@@ -472,15 +476,15 @@ mod layer {
     async fn a_fail_open_decision_lists_the_policy_without_numbers() {
         let clock = ManualClock::new();
         let store = Arc::new(
-            KeyedRateLimiter::builder(Quota::per_second(10).unwrap())
+            KeyedRateLimiter::<Vec<u8>>::builder(Quota::per_second(10).unwrap())
                 .max_keys(1)
                 .overflow(Overflow::AllowUntracked)
                 .clock(clock)
-                .build::<Vec<u8>>()
+                .build()
                 .unwrap(),
         );
         let svc = ServiceBuilder::new()
-            .layer(RateLimitLayer::new(store, by_api_key).header_style(HeaderStyle::Both))
+            .layer(QuotaLayer::new(store, by_api_key).header_style(HeaderStyle::Both))
             .service_fn(|_req: Request<()>| async {
                 Ok::<_, Infallible>(Response::new("ok".to_string()))
             });
@@ -500,20 +504,21 @@ mod layer {
     #[cfg(feature = "redis")]
     #[tokio::test]
     async fn a_redis_store_that_is_down_advertises_no_numbers() {
-        use flowguard::gcra::redis::{FailurePolicy, RedisRateLimiter, RedisStore};
+        use flowguard::gcra::redis::RedisStore;
+        use flowguard::gcra::remote::{FailurePolicy, RemoteRateLimiter};
 
         for policy in [FailurePolicy::FailOpen, FailurePolicy::FailClosed] {
             let mut server = support::RedisServer::start();
-            let store = RedisStore::standalone(server.url())
-                .failure_policy(policy)
-                .connect()
-                .await
-                .unwrap();
+            let store = RedisStore::builder(server.url()).connect().await.unwrap();
             let probe = ceil_secs(store.probe_interval()).as_secs().to_string();
-            let limiter =
-                Arc::new(RedisRateLimiter::new(store, Quota::per_second(10).unwrap()).unwrap());
+            let limiter = Arc::new(
+                RemoteRateLimiter::builder(store, Quota::per_second(10).unwrap())
+                    .failure_policy(policy)
+                    .build()
+                    .unwrap(),
+            );
             let svc = ServiceBuilder::new()
-                .layer(RateLimitLayer::new(limiter, by_api_key))
+                .layer(QuotaLayer::new(limiter, by_api_key))
                 .service_fn(|_req: Request<()>| async {
                     Ok::<_, Infallible>(Response::new("ok".to_string()))
                 });

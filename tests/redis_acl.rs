@@ -4,8 +4,9 @@
 
 mod support;
 
-use flowguard::gcra::redis::{RedisRateLimiter, RedisStore, RedisStoreError};
-use flowguard::gcra::{GcraError, Quota};
+use flowguard::gcra::redis::{ConnectError, RedisStore};
+use flowguard::gcra::remote::{Rejection, RemoteRateLimiter, StoreError};
+use flowguard::gcra::{CheckError, Quota};
 use support::RedisServer;
 
 const NEEDED: [&str; 5] = ["evalsha", "eval", "get", "set", "time"];
@@ -34,11 +35,14 @@ fn url(server: &RedisServer, user: &str, password: &str) -> String {
 async fn a_user_with_only_the_needed_commands_works() {
     let server = RedisServer::start();
     create_user(&server, "limiter", &NEEDED);
-    let store = RedisStore::connect(&url(&server, "limiter", "s3cret"))
+    let store = RedisStore::builder(url(&server, "limiter", "s3cret"))
+        .connect()
         .await
         .unwrap();
     // 5 per minute: no token comes back between the two checks, however slow the machine.
-    let limiter = RedisRateLimiter::new(store, Quota::per_minute(5).unwrap()).unwrap();
+    let limiter = RemoteRateLimiter::builder(store, Quota::per_minute(5).unwrap())
+        .build()
+        .unwrap();
     let d = limiter.check_key_n(b"k", 2).await.unwrap();
     assert!(d.allowed && d.degraded.is_none());
     assert_eq!(d.remaining, 3);
@@ -56,35 +60,43 @@ async fn every_needed_command_is_needed() {
         create_user(&server, &name, &granted);
         // Start from an empty script cache, as after a restart.
         assert_eq!(server.cli(&["script", "flush"]), "OK");
-        let store = RedisStore::connect(&url(&server, &name, "s3cret"))
+        let store = RedisStore::builder(url(&server, &name, "s3cret"))
+            .connect()
             .await
             .unwrap();
-        let limiter = RedisRateLimiter::new(store, Quota::per_second(5).unwrap()).unwrap();
+        let limiter = RemoteRateLimiter::builder(store, Quota::per_second(5).unwrap())
+            .build()
+            .unwrap();
         let err = limiter.check_key(b"k").await.expect_err(missing);
         match &err {
-            GcraError::StoreRejected { reason } => {
+            CheckError::Store(StoreError::Rejected(Rejection::Permission { answer })) => {
+                let reason = err.to_string();
                 if missing.starts_with("eval") {
-                    assert!(reason.contains(missing), "names the command: {reason}");
+                    assert!(answer.contains(missing), "names the command: {answer}");
                 }
                 assert!(
                     reason.contains("+evalsha +eval +get +set +time"),
                     "says what to grant: {reason}"
                 );
             }
-            other => panic!("without +{missing}: expected StoreRejected, got {other:?}"),
+            other => panic!("without +{missing}: expected a refused permission, got {other:?}"),
         }
     }
     // Keys outside the user's pattern are refused too.
     create_user(&server, "other-keys", &NEEDED);
-    let store = RedisStore::standalone(url(&server, "other-keys", "s3cret"))
+    let store = RedisStore::builder(url(&server, "other-keys", "s3cret"))
         .prefix("elsewhere:")
         .connect()
         .await
         .unwrap();
-    let limiter = RedisRateLimiter::new(store, Quota::per_second(5).unwrap()).unwrap();
+    let limiter = RemoteRateLimiter::builder(store, Quota::per_second(5).unwrap())
+        .build()
+        .unwrap();
     assert!(matches!(
         limiter.check_key(b"k").await,
-        Err(GcraError::StoreRejected { .. })
+        Err(CheckError::Store(StoreError::Rejected(
+            Rejection::Permission { .. }
+        )))
     ));
 }
 
@@ -92,33 +104,42 @@ async fn every_needed_command_is_needed() {
 async fn a_wrong_password_is_a_clear_error() {
     let server = RedisServer::start();
     create_user(&server, "limiter", &NEEDED);
-    let err = RedisStore::connect(&url(&server, "limiter", "wrong"))
+    let err = RedisStore::builder(url(&server, "limiter", "wrong"))
+        .connect()
         .await
         .unwrap_err();
-    assert!(matches!(err, RedisStoreError::AuthFailed { .. }), "{err:?}");
+    assert!(matches!(err, ConnectError::AuthFailed { .. }), "{err:?}");
     let msg = err.to_string();
     assert!(msg.contains("check the user name and password"), "{msg}");
-    let err = RedisStore::connect(&url(&server, "nobody", "s3cret"))
+    let err = RedisStore::builder(url(&server, "nobody", "s3cret"))
+        .connect()
         .await
         .unwrap_err();
-    assert!(matches!(err, RedisStoreError::AuthFailed { .. }), "{err:?}");
+    assert!(matches!(err, ConnectError::AuthFailed { .. }), "{err:?}");
 }
 
 #[tokio::test]
 async fn requirepass_auth_works_and_a_missing_password_is_a_clear_error() {
     let server = RedisServer::start_with(&["--requirepass", "pw"]);
-    let store = RedisStore::connect(&format!("redis://:pw@127.0.0.1:{}", server.port))
+    let store = RedisStore::builder(format!("redis://:pw@127.0.0.1:{}", server.port))
+        .connect()
         .await
         .unwrap();
-    let limiter = RedisRateLimiter::new(store, Quota::per_second(5).unwrap()).unwrap();
+    let limiter = RemoteRateLimiter::builder(store, Quota::per_second(5).unwrap())
+        .build()
+        .unwrap();
     assert!(limiter.check_key(b"k").await.unwrap().allowed);
     for url in [
         format!("redis://:nope@127.0.0.1:{}", server.port),
         server.url(),
     ] {
-        let err = RedisStore::connect(&url).await.map(|_| ()).unwrap_err();
+        let err = RedisStore::builder(&url)
+            .connect()
+            .await
+            .map(|_| ())
+            .unwrap_err();
         assert!(
-            matches!(err, RedisStoreError::AuthFailed { .. }),
+            matches!(err, ConnectError::AuthFailed { .. }),
             "{url}: {err:?}"
         );
     }

@@ -8,25 +8,31 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use flowguard::gcra::redis::{FailurePolicy, RedisRateLimiter, RedisStore};
+use flowguard::gcra::redis::RedisStore;
+use flowguard::gcra::remote::{FailurePolicy, RemoteRateLimiter};
 use flowguard::gcra::{Decision, Quota};
 use support::RedisCluster;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn keys_spread_over_slots_and_survive_a_failover() {
     let cluster = RedisCluster::start();
-    let store = RedisStore::cluster(cluster.urls())
-        .failure_policy(FailurePolicy::FailClosed)
+    let store = RedisStore::cluster_builder(cluster.urls())
         // Failover rounds (redirects, slot refresh) take a few round trips.
         .timeout(Duration::from_millis(500))
         .connect()
         .await
         .unwrap();
-    let limiter = RedisRateLimiter::new(store.clone(), Quota::per_second(10).unwrap()).unwrap();
+    let limiter = RemoteRateLimiter::builder(store.clone(), Quota::per_second(10).unwrap())
+        .failure_policy(FailurePolicy::FailClosed)
+        .build()
+        .unwrap();
 
     // Many keys, hence many slots on all three masters; a user key with braces is digested, not pinned.
     // Keys live 18 s (cost 3 of 10 per minute), long enough to be counted on each master.
-    let slow = RedisRateLimiter::new(store, Quota::per_minute(10).unwrap()).unwrap();
+    let slow = RemoteRateLimiter::builder(store, Quota::per_minute(10).unwrap())
+        .failure_policy(FailurePolicy::FailClosed)
+        .build()
+        .unwrap();
     for i in 0..300 {
         let d = slow
             .check_key_n(format!("user-{i}").as_bytes(), 3)

@@ -16,7 +16,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use flowguard::gcra::Quota;
-use flowguard::gcra::redis::{FailurePolicy, RedisRateLimiter, RedisStore};
+use flowguard::gcra::redis::RedisStore;
+use flowguard::gcra::remote::{FailurePolicy, RemoteRateLimiter};
 use support::RedisCluster;
 use tokio::time::Instant;
 
@@ -54,12 +55,14 @@ struct Report {
 /// Runs the store under load through `faults`; every recovery must take at most `bound`.
 async fn chaos(policy: FailurePolicy, faults: &[Fault], bound: Duration) -> Report {
     let mut cluster = RedisCluster::start_with(&["--cluster-node-timeout", "1000"]);
-    let store = RedisStore::cluster(cluster.urls())
-        .failure_policy(policy)
+    let store = RedisStore::cluster_builder(cluster.urls())
         .connect()
         .await
         .unwrap();
-    let limiter = RedisRateLimiter::new(store, Quota::per_second(1_000_000).unwrap()).unwrap();
+    let limiter = RemoteRateLimiter::builder(store, Quota::per_second(1_000_000).unwrap())
+        .failure_policy(policy)
+        .build()
+        .unwrap();
     let keys: Arc<Vec<String>> = Arc::new((0..300).map(|i| format!("chaos-{i}")).collect());
 
     let stop = Arc::new(AtomicBool::new(false));
@@ -204,7 +207,7 @@ fn wait_promoted(cluster: &RedisCluster, replica: usize, gone: usize) -> Instant
 
 /// How long after `promoted` a round of checks of `keys` was first all decided by Redis.
 async fn recovered_after(
-    limiter: &RedisRateLimiter,
+    limiter: &RemoteRateLimiter<RedisStore>,
     keys: &[String],
     promoted: Instant,
 ) -> Duration {

@@ -10,7 +10,8 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use flowguard::gcra::Quota;
-use flowguard::gcra::redis::{FailurePolicy, RedisRateLimiter, RedisStore};
+use flowguard::gcra::redis::RedisStore;
+use flowguard::gcra::remote::{FailurePolicy, RemoteRateLimiter, RemoteStore};
 use support::RedisCluster;
 use tokio::time::Instant;
 
@@ -27,13 +28,14 @@ async fn a_silent_master_is_replaced_without_degrading_other_masters() {
         "--cluster-require-full-coverage",
         "no",
     ]);
-    let store = RedisStore::cluster(cluster.urls())
-        .failure_policy(FailurePolicy::FailClosed)
+    let store = RedisStore::cluster_builder(cluster.urls())
         .connect()
         .await
         .unwrap();
-    let limiter =
-        RedisRateLimiter::new(store.clone(), Quota::per_second(1_000_000).unwrap()).unwrap();
+    let limiter = RemoteRateLimiter::builder(store.clone(), Quota::per_second(1_000_000).unwrap())
+        .failure_policy(FailurePolicy::FailClosed)
+        .build()
+        .unwrap();
 
     // 120 keys over all masters, each with the port of the master serving it.
     let view = cluster.view_from(0);
@@ -46,7 +48,7 @@ async fn a_silent_master_is_replaced_without_degrading_other_masters() {
     let keys: Vec<(String, u16)> = (0..120)
         .map(|i| {
             let key = format!("user-{i}");
-            let port = master_of(cluster.keyslot(&store.key_for(key.as_bytes())));
+            let port = master_of(cluster.keyslot(&store.key(key.as_bytes())));
             (key, port)
         })
         .collect();

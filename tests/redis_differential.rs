@@ -14,8 +14,10 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
-use flowguard::gcra::redis::{RedisQuota, RedisRateLimiter, RedisStore};
-use flowguard::gcra::{Gcra, KeyedRateLimiter, ManualClock, Quota, Ticks};
+use flowguard::clock::ManualClock;
+use flowguard::gcra::redis::{MAX_REDIS_WINDOW, RedisStore};
+use flowguard::gcra::remote::RemoteRateLimiter;
+use flowguard::gcra::{CheckError, Gcra, KeyedRateLimiter, Quota, Ticks};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRng, TestRunner};
 use support::RedisServer;
@@ -30,7 +32,7 @@ fn quotas() -> impl Strategy<Value = Quota> {
     let burst = prop_oneof![1u32..20, 1u32..=5_000];
     (rate, period, burst).prop_filter_map("a quota the Redis store accepts", |(r, p, b)| {
         let quota = Quota::new(r, p).and_then(|q| q.with_burst(b)).ok()?;
-        RedisQuota::new(quota).ok().map(|_| quota)
+        (quota.burst_window() < MAX_REDIS_WINDOW).then_some(quota)
     })
 }
 
@@ -57,15 +59,15 @@ async fn explicit(
     quota: Quota,
     prefix: &str,
     clock: &ManualClock,
-) -> RedisRateLimiter {
-    let store = RedisStore::standalone(server.url())
+) -> RemoteRateLimiter<RedisStore> {
+    let store = RedisStore::builder(server.url())
         .prefix(prefix)
         .timeout(Duration::from_secs(5))
         .explicit_time(clock.clone())
         .connect()
         .await
         .unwrap();
-    RedisRateLimiter::new(store, quota).unwrap()
+    RemoteRateLimiter::builder(store, quota).build().unwrap()
 }
 
 /// One step of a trace: advance the clock, then check `cost` tokens for one of a few keys.
@@ -112,15 +114,17 @@ fn redis_and_memory_decide_identically() {
                 .and_then(|q| q.with_burst(burst))
                 .unwrap();
             let clock = ManualClock::new();
-            let memory = KeyedRateLimiter::builder(quota)
+            let memory = KeyedRateLimiter::<Vec<u8>>::builder(quota)
                 .clock(clock.clone())
-                .build::<Vec<u8>>()
+                .build()
                 .unwrap();
             let redis = rt.block_on(explicit(&server, quota, &format!("case{case_no}:"), &clock));
             for (i, step) in trace.iter().enumerate() {
                 clock.advance(Duration::from_micros(step.advance_us));
                 let key = vec![step.key];
-                let expected = memory.check_key_n(&key[..], step.cost);
+                let expected = memory
+                    .check_key_n(&key[..], step.cost)
+                    .map_err(CheckError::from);
                 let actual = rt.block_on(redis.check_key_n(&key, step.cost));
                 prop_assert_eq!(&actual, &expected, "step {} of {:?}", i, trace);
             }
@@ -162,7 +166,7 @@ fn the_script_keeps_fractions_of_a_microsecond_exactly() {
                 clock.advance(Duration::from_micros(step));
                 let now = clock.elapsed().as_micros() as u64;
                 let tat = tats.get(&key).copied().unwrap_or(Ticks::ZERO);
-                let expected = rule.decide(tat, now, cost);
+                let expected = rule.decide(tat, now, cost).map_err(CheckError::from);
                 let actual = rt.block_on(redis.check_key_n(&[key], cost));
                 prop_assert_eq!(
                     &actual.clone().map(|d| d.degraded),

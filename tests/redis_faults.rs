@@ -9,14 +9,16 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use flowguard::gcra::redis::{FailurePolicy, RedisRateLimiter, RedisStore};
-use flowguard::gcra::{Decision, Degradation, ManualClock, Quota};
+use flowguard::clock::ManualClock;
+use flowguard::gcra::redis::RedisStore;
+use flowguard::gcra::remote::{FailurePolicy, RemoteRateLimiter};
+use flowguard::gcra::{Decision, Degradation, Quota};
 use support::RedisServer;
 
 /// A bound on any single check, far above the store's timeout: a check exceeding it is a hang.
 const HANG: Duration = Duration::from_secs(3);
 
-async fn check(limiter: &RedisRateLimiter, key: &[u8]) -> Decision {
+async fn check(limiter: &RemoteRateLimiter<RedisStore>, key: &[u8]) -> Decision {
     tokio::time::timeout(HANG, limiter.check_key(key))
         .await
         .expect("a check hung")
@@ -24,7 +26,7 @@ async fn check(limiter: &RedisRateLimiter, key: &[u8]) -> Decision {
 }
 
 /// Polls until a decision is made by Redis again (bounded).
-async fn until_recovered(limiter: &RedisRateLimiter) -> Decision {
+async fn until_recovered(limiter: &RemoteRateLimiter<RedisStore>) -> Decision {
     for _ in 0..200 {
         let d = check(limiter, b"probe").await;
         if d.degraded.is_none() {
@@ -38,12 +40,11 @@ async fn until_recovered(limiter: &RedisRateLimiter) -> Decision {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn killed_mid_load_fails_closed_then_recovers_after_restart() {
     let mut server = RedisServer::start();
-    let store = RedisStore::standalone(server.url())
+    let store = RedisStore::builder(server.url()).connect().await.unwrap();
+    let limiter = RemoteRateLimiter::builder(store, Quota::per_second(1_000_000).unwrap())
         .failure_policy(FailurePolicy::FailClosed)
-        .connect()
-        .await
+        .build()
         .unwrap();
-    let limiter = RedisRateLimiter::new(store, Quota::per_second(1_000_000).unwrap()).unwrap();
     let stop = Arc::new(AtomicBool::new(false));
     let mut load = Vec::new();
     for task in 0..16u32 {
@@ -101,12 +102,11 @@ async fn killed_mid_load_fails_closed_then_recovers_after_restart() {
 #[tokio::test]
 async fn fail_open_allows_while_down() {
     let mut server = RedisServer::start();
-    let store = RedisStore::standalone(server.url())
-        .connect()
-        .await
+    let store = RedisStore::builder(server.url()).connect().await.unwrap();
+    let limiter = RemoteRateLimiter::builder(store, Quota::per_second(10).unwrap())
+        .build()
         .unwrap();
-    assert_eq!(store.failure_policy(), FailurePolicy::FailOpen);
-    let limiter = RedisRateLimiter::new(store, Quota::per_second(10).unwrap()).unwrap();
+    assert_eq!(limiter.failure_policy(), FailurePolicy::FailOpen);
     assert!(check(&limiter, b"k").await.degraded.is_none());
     server.kill();
     for _ in 0..20 {
@@ -117,11 +117,10 @@ async fn fail_open_allows_while_down() {
     }
 }
 
-/// A store on `server` deciding at `clock`'s time, falling back to half the quota locally.
-async fn half_share_store(server: &RedisServer, clock: &ManualClock) -> RedisStore {
-    RedisStore::standalone(server.url())
+/// A store on `server` deciding at `clock`'s time (a local fallback reads it too).
+async fn explicit_store(server: &RedisServer, clock: &ManualClock) -> RedisStore {
+    RedisStore::builder(server.url())
         .explicit_time(clock.clone())
-        .failure_policy(FailurePolicy::local_instances(2))
         .connect()
         .await
         .unwrap()
@@ -131,8 +130,11 @@ async fn half_share_store(server: &RedisServer, clock: &ManualClock) -> RedisSto
 async fn local_fallback_enforces_this_instances_share() {
     let mut server = RedisServer::start();
     let clock = ManualClock::new();
-    let store = half_share_store(&server, &clock).await;
-    let limiter = RedisRateLimiter::new(store, Quota::per_second(10).unwrap()).unwrap();
+    let store = explicit_store(&server, &clock).await;
+    let limiter = RemoteRateLimiter::builder(store, Quota::per_second(10).unwrap())
+        .failure_policy(FailurePolicy::local_instances(2))
+        .build()
+        .unwrap();
     let local = *limiter.local_quota().unwrap();
     assert_eq!(
         (local.burst(), local.emission_interval()),
@@ -165,12 +167,11 @@ async fn local_fallback_enforces_this_instances_share() {
 #[tokio::test]
 async fn client_pause_times_out_into_the_policy_and_recovers() {
     let server = RedisServer::start();
-    let store = RedisStore::standalone(server.url())
+    let store = RedisStore::builder(server.url()).connect().await.unwrap();
+    let limiter = RemoteRateLimiter::builder(store, Quota::per_second(100).unwrap())
         .failure_policy(FailurePolicy::FailClosed)
-        .connect()
-        .await
+        .build()
         .unwrap();
-    let limiter = RedisRateLimiter::new(store, Quota::per_second(100).unwrap()).unwrap();
     assert!(check(&limiter, b"k").await.degraded.is_none());
     assert_eq!(server.cli(&["client", "pause", "1000", "all"]), "OK");
     let d = check(&limiter, b"k").await;
@@ -192,13 +193,15 @@ async fn client_pause_times_out_into_the_policy_and_recovers() {
 async fn script_flush_and_restart_are_recovered_from_transparently() {
     let mut server = RedisServer::start();
     let clock = ManualClock::new();
-    let store = RedisStore::standalone(server.url())
-        .failure_policy(FailurePolicy::FailClosed)
+    let store = RedisStore::builder(server.url())
         .explicit_time(clock.clone())
         .connect()
         .await
         .unwrap();
-    let limiter = RedisRateLimiter::new(store, Quota::per_second(10).unwrap()).unwrap();
+    let limiter = RemoteRateLimiter::builder(store, Quota::per_second(10).unwrap())
+        .failure_policy(FailurePolicy::FailClosed)
+        .build()
+        .unwrap();
     let sha = sha1_smol::Sha1::from(include_str!("../src/gcra/redis/gcra.lua"))
         .digest()
         .to_string();
@@ -221,7 +224,7 @@ async fn script_flush_and_restart_are_recovered_from_transparently() {
     assert!(stats.contains("cmdstat_eval:calls=2"), "{stats}");
     // A restarted (empty) server has no scripts either.
     server.restart();
-    until_recovered(&limiter).await;
+    let _ = until_recovered(&limiter).await;
     let d = check(&limiter, b"k").await;
     assert_eq!(
         (d.degraded, d.remaining),
@@ -300,11 +303,10 @@ fn degraded_decisions_are_counted() {
     metrics::with_local_recorder(&recorder, || {
         rt.block_on(async {
             let mut server = RedisServer::start();
-            let store = RedisStore::standalone(server.url())
-                .connect()
-                .await
+            let store = RedisStore::builder(server.url()).connect().await.unwrap();
+            let limiter = RemoteRateLimiter::builder(store, Quota::per_second(10).unwrap())
+                .build()
                 .unwrap();
-            let limiter = RedisRateLimiter::new(store, Quota::per_second(10).unwrap()).unwrap();
             assert!(check(&limiter, b"k").await.degraded.is_none());
             server.kill();
             for _ in 0..3 {
@@ -326,12 +328,14 @@ fn degraded_decisions_are_counted() {
 async fn a_lazy_store_starts_while_redis_is_down_and_picks_it_up() {
     let mut server = RedisServer::start();
     server.kill();
-    let store = RedisStore::standalone(server.url())
-        .failure_policy(FailurePolicy::FailClosed)
+    let store = RedisStore::builder(server.url())
         .connect_lazy()
         .await
         .expect("no server needed to build a lazy store");
-    let limiter = RedisRateLimiter::new(store, Quota::per_second(10).unwrap()).unwrap();
+    let limiter = RemoteRateLimiter::builder(store, Quota::per_second(10).unwrap())
+        .failure_policy(FailurePolicy::FailClosed)
+        .build()
+        .unwrap();
     assert_eq!(
         check(&limiter, b"k").await.degraded,
         Some(Degradation::FailClosed)
@@ -348,8 +352,9 @@ async fn a_lazy_store_starts_while_redis_is_down_and_picks_it_up() {
 async fn a_key_flood_during_an_outage_makes_no_key_unlimited() {
     let mut server = RedisServer::start();
     let clock = ManualClock::new();
-    let store = half_share_store(&server, &clock).await;
-    let limiter = RedisRateLimiter::builder(store, Quota::per_second(10).unwrap())
+    let store = explicit_store(&server, &clock).await;
+    let limiter = RemoteRateLimiter::builder(store, Quota::per_second(10).unwrap())
+        .failure_policy(FailurePolicy::local_instances(2))
         .local_max_keys(100)
         .build()
         .unwrap();

@@ -7,8 +7,9 @@ mod support;
 
 use std::time::Duration;
 
-use flowguard::gcra::redis::{RedisQuota, RedisStore};
-use flowguard::gcra::{GcraError, Quota};
+use flowguard::gcra::redis::{RESOLUTION, RedisStore};
+use flowguard::gcra::remote::RemoteStore;
+use flowguard::gcra::{CheckError, Gcra, Quota};
 use support::RedisServer;
 
 const STORES: usize = 8;
@@ -21,31 +22,37 @@ async fn many_instances_share_one_quota() {
     // T = 5 ms: 200/s, far below what 128 busy callers ask for. B = 200 (a one-second window): a
     // stall of the shared test machine shorter than that loses no tokens, so the 95% floor measures
     // the store, not the scheduler.
-    let quota = RedisQuota::new(Quota::per_second(200).unwrap().with_burst(200).unwrap()).unwrap();
+    let quota = Quota::per_second(200).unwrap().with_burst(200).unwrap();
+    let rule = Gcra::with_resolution(&quota, RESOLUTION).unwrap();
     // 5,000 µs exactly: a whole number of ticks.
-    let interval = quota.gcra().interval_ticks();
+    let interval = rule.interval_ticks();
     assert_eq!(interval.frac, 0);
     let interval_us = interval.whole;
-    let burst = u64::from(quota.gcra().burst());
+    let burst = u64::from(rule.burst());
     let mut tasks = Vec::new();
     for _ in 0..STORES {
         // Each store is its own instance: its own connection. A generous timeout: this test is about
         // the bound, not latency on a shared 2-core machine.
-        let store = RedisStore::standalone(server.url())
+        let store = RedisStore::builder(server.url())
             .timeout(Duration::from_secs(2))
             .connect()
             .await
             .unwrap();
+        assert_eq!(
+            store.rule(&quota),
+            Ok(rule),
+            "the store's rule is the µs rule"
+        );
         for _ in 0..TASKS_PER_STORE {
             let store = store.clone();
             tasks.push(tokio::spawn(async move {
                 let stop = tokio::time::Instant::now() + RUN_FOR;
                 let mut seen: Vec<(bool, u64)> = Vec::new();
                 while tokio::time::Instant::now() < stop {
-                    let answer = store.check(b"shared", &quota, 1).await?;
+                    let answer = store.decide(&store.key(b"shared"), &rule, 1).await?;
                     seen.push((answer.decision.allowed, answer.at.as_micros() as u64));
                 }
-                Ok::<_, GcraError>(seen)
+                Ok::<_, CheckError>(seen)
             }));
         }
     }

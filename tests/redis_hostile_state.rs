@@ -7,8 +7,10 @@ mod support;
 
 use std::time::Duration;
 
-use flowguard::gcra::redis::{RedisRateLimiter, RedisStore};
-use flowguard::gcra::{GcraError, ManualClock, Quota};
+use flowguard::clock::ManualClock;
+use flowguard::gcra::redis::RedisStore;
+use flowguard::gcra::remote::{RemoteRateLimiter, RemoteStore, StoreError};
+use flowguard::gcra::{CheckError, Quota};
 use support::RedisServer;
 
 /// Values no version of the script writes: exponents, infinities, hex, signs, spaces, decimals,
@@ -41,8 +43,8 @@ async fn limiter(
     server: &RedisServer,
     prefix: &str,
     clock: Option<&ManualClock>,
-) -> RedisRateLimiter {
-    let builder = RedisStore::standalone(server.url())
+) -> RemoteRateLimiter<RedisStore> {
+    let builder = RedisStore::builder(server.url())
         .prefix(prefix)
         .timeout(Duration::from_secs(5));
     let builder = match clock {
@@ -51,7 +53,9 @@ async fn limiter(
     };
     let store = builder.connect().await.unwrap();
     // 10 per second, burst 10: T = 100 ms, a window of one second.
-    RedisRateLimiter::new(store, Quota::per_second(10).unwrap()).unwrap()
+    RemoteRateLimiter::builder(store, Quota::per_second(10).unwrap())
+        .build()
+        .unwrap()
 }
 
 /// `SET key value` through a raw connection (values are sent verbatim, spaces included).
@@ -85,15 +89,15 @@ async fn values_the_script_never_writes_are_corrupt_state_and_left_alone() {
         let limiter = limiter(&server, &format!("{mode}:"), clock).await;
         for (i, value) in CORRUPT.iter().enumerate() {
             let id = format!("k{i}");
-            let key = limiter.store().key_for(id.as_bytes());
+            let key = limiter.store().key(id.as_bytes());
             set(&server, &key, value);
             for cost in [0, 1] {
                 let err = limiter.check_key_n(id.as_bytes(), cost).await.unwrap_err();
                 assert_eq!(
                     err,
-                    GcraError::CorruptState {
+                    CheckError::Store(StoreError::CorruptState {
                         key: String::from_utf8(key.clone()).unwrap()
-                    },
+                    }),
                     "{mode}: {value:?}"
                 );
                 assert!(err.to_string().contains("delete the key"), "{err}");
@@ -115,7 +119,7 @@ async fn a_state_beyond_the_window_is_a_spent_key_for_one_window_at_most() {
     let clock = ManualClock::new();
     clock.advance(Duration::from_secs(1000)); // now = 10^9 µs
     let limiter = limiter(&server, "far:", Some(&clock)).await;
-    let key = limiter.store().key_for(b"k");
+    let key = limiter.store().key(b"k");
     for beyond in 0..3 {
         // now + B*T in µs, and values beyond it: far, by a microsecond, by a third of one.
         let horizon = (clock.elapsed() + Duration::from_secs(1)).as_micros();
@@ -155,7 +159,7 @@ async fn a_state_beyond_the_window_is_a_spent_key_for_one_window_at_most() {
 async fn server_time_bounds_a_hostile_state_by_one_window_too() {
     let server = RedisServer::start();
     let limiter = limiter(&server, "srv:", None).await;
-    let key = limiter.store().key_for(b"k");
+    let key = limiter.store().key(b"k");
     set(&server, &key, "9007199254740991");
     let d = limiter.check_key(b"k").await.unwrap();
     assert!(!d.allowed);
@@ -178,7 +182,7 @@ async fn server_time_bounds_a_hostile_state_by_one_window_too() {
 async fn a_fraction_of_another_quota_is_rounded_up() {
     let server = RedisServer::start();
     let clock = ManualClock::new();
-    let store = RedisStore::standalone(server.url())
+    let store = RedisStore::builder(server.url())
         .prefix("den:")
         .explicit_time(clock.clone())
         .connect()
@@ -186,8 +190,8 @@ async fn a_fraction_of_another_quota_is_rounded_up() {
         .unwrap();
     // 3 per second, burst 10: T = 333,333 1/3 µs, B*T = 3,333,333 1/3 µs.
     let quota = Quota::per_second(3).unwrap().with_burst(10).unwrap();
-    let limiter = RedisRateLimiter::new(store, quota).unwrap();
-    let key = limiter.store().key_for(b"k");
+    let limiter = RemoteRateLimiter::builder(store, quota).build().unwrap();
+    let key = limiter.store().key(b"k");
     // One token spent at 0 is 333,333 1/3 µs: nine tokens are left, exactly.
     set(&server, &key, "333333+1/3");
     let peek = limiter.check_key_n(b"k", 0).await.unwrap();

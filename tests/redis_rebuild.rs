@@ -10,19 +10,19 @@ mod support;
 use std::time::Duration;
 
 use flowguard::gcra::Quota;
-use flowguard::gcra::redis::{FailurePolicy, RedisRateLimiter, RedisStore};
+use flowguard::gcra::redis::RedisStore;
+use flowguard::gcra::remote::{FailurePolicy, RemoteRateLimiter};
 use support::{FreezingProxy, RedisServer};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_connection_failing_while_the_server_answers_is_rebuilt() {
     let server = RedisServer::start();
     let proxy = FreezingProxy::start(server.port);
-    let store = RedisStore::standalone(proxy.url())
+    let store = RedisStore::builder(proxy.url()).connect().await.unwrap();
+    let limiter = RemoteRateLimiter::builder(store, Quota::per_second(1_000_000).unwrap())
         .failure_policy(FailurePolicy::FailClosed)
-        .connect()
-        .await
+        .build()
         .unwrap();
-    let limiter = RedisRateLimiter::new(store, Quota::per_second(1_000_000).unwrap()).unwrap();
     assert!(limiter.check_key(b"k").await.unwrap().degraded.is_none());
 
     proxy.freeze();

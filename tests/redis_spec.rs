@@ -5,19 +5,23 @@ mod support;
 
 use std::time::Duration;
 
-use flowguard::gcra::redis::{
-    FailurePolicy, MAX_KEY_LEN, RedisRateLimiter, RedisStore, RedisStoreError,
-};
-use flowguard::gcra::{GcraError, ManualClock, Quota};
+use flowguard::clock::ManualClock;
+use flowguard::gcra::redis::{ConnectError, MAX_KEY_LEN, RedisStore};
+use flowguard::gcra::remote::{FailurePolicy, RemoteRateLimiter, RemoteStore, StoreError};
+use flowguard::gcra::{CheckError, ConfigError, GcraError, Quota};
 use support::RedisServer;
 
-async fn explicit(server: &RedisServer, quota: Quota, clock: &ManualClock) -> RedisRateLimiter {
-    let store = RedisStore::standalone(server.url())
+async fn explicit(
+    server: &RedisServer,
+    quota: Quota,
+    clock: &ManualClock,
+) -> RemoteRateLimiter<RedisStore> {
+    let store = RedisStore::builder(server.url())
         .explicit_time(clock.clone())
         .connect()
         .await
         .unwrap();
-    RedisRateLimiter::new(store, quota).unwrap()
+    RemoteRateLimiter::builder(store, quota).build().unwrap()
 }
 
 async fn raw(server: &RedisServer) -> redis::aio::MultiplexedConnection {
@@ -92,7 +96,7 @@ async fn cost_above_burst_is_an_error_without_a_round_trip() {
     let limiter = explicit(&server, Quota::per_second(5).unwrap(), &clock).await;
     assert_eq!(
         limiter.check_key_n(b"k", 6).await,
-        Err(GcraError::InsufficientCapacity { cost: 6, burst: 5 })
+        Err(GcraError::InsufficientCapacity { cost: 6, burst: 5 }.into())
     );
     assert_eq!(server.cli(&["dbsize"]), "0");
     // Killed server: still an error, not a degraded decision, since nothing is asked.
@@ -100,7 +104,7 @@ async fn cost_above_burst_is_an_error_without_a_round_trip() {
     server.kill();
     assert_eq!(
         limiter.check_key_n(b"k", 6).await,
-        Err(GcraError::InsufficientCapacity { cost: 6, burst: 5 })
+        Err(GcraError::InsufficientCapacity { cost: 6, burst: 5 }.into())
     );
 }
 
@@ -113,8 +117,8 @@ async fn peeks_and_denials_change_nothing() {
     assert!(peek.allowed);
     assert_eq!(peek.remaining, 10);
     assert_eq!(server.cli(&["dbsize"]), "0", "a peek stores nothing");
-    limiter.check_key_n(b"k", 9).await.unwrap();
-    let key = limiter.store().key_for(b"k");
+    let _ = limiter.check_key_n(b"k", 9).await.unwrap();
+    let key = limiter.store().key(b"k");
     let mut conn = raw(&server).await;
     let before: String = redis::cmd("GET")
         .arg(&key)
@@ -134,18 +138,20 @@ async fn peeks_and_denials_change_nothing() {
 #[tokio::test]
 async fn server_time_keys_carry_the_tat_and_expire() {
     let server = RedisServer::start();
-    let store = RedisStore::standalone(server.url())
+    let store = RedisStore::builder(server.url())
         .prefix("t:")
         .connect()
         .await
         .unwrap();
     assert!(store.uses_server_time());
     // 10 per minute: keys live long enough (18 s for cost 3) not to expire while the test looks.
-    let limiter = RedisRateLimiter::new(store, Quota::per_minute(10).unwrap()).unwrap();
+    let limiter = RemoteRateLimiter::builder(store, Quota::per_minute(10).unwrap())
+        .build()
+        .unwrap();
     let d = limiter.check_key_n(b"\x00bin\xffary", 3).await.unwrap();
     assert!(d.allowed);
     assert_eq!(d.remaining, 7);
-    let key = limiter.store().key_for(b"\x00bin\xffary");
+    let key = limiter.store().key(b"\x00bin\xffary");
     assert_eq!(key, b"t:=\x00bin\xffary");
     let mut conn = raw(&server).await;
     let tat: String = redis::cmd("GET")
@@ -185,7 +191,7 @@ async fn a_key_holding_something_else_is_a_typed_error() {
     let clock = ManualClock::new();
     let limiter = explicit(&server, Quota::per_second(10).unwrap(), &clock).await;
     let mut conn = raw(&server).await;
-    let hash_key = limiter.store().key_for(b"h");
+    let hash_key = limiter.store().key(b"h");
     let _: () = redis::cmd("HSET")
         .arg(&hash_key)
         .arg("f")
@@ -195,18 +201,21 @@ async fn a_key_holding_something_else_is_a_typed_error() {
         .unwrap();
     let err = limiter.check_key(b"h").await.unwrap_err();
     assert!(
-        matches!(&err, GcraError::WrongType { key } if key == "flowguard:=h"),
+        matches!(&err, CheckError::Store(StoreError::WrongType { key }) if key == "flowguard:=h"),
         "{err:?}"
     );
     assert!(err.to_string().contains("own key prefix"), "{err}");
     let _: () = redis::cmd("SET")
-        .arg(limiter.store().key_for(b"s"))
+        .arg(limiter.store().key(b"s"))
         .arg("hello")
         .query_async(&mut conn)
         .await
         .unwrap();
     let err = limiter.check_key(b"s").await.unwrap_err();
-    assert!(matches!(err, GcraError::CorruptState { .. }), "{err:?}");
+    assert!(
+        matches!(err, CheckError::Store(StoreError::CorruptState { .. })),
+        "{err:?}"
+    );
     // Typed errors are not degradation: the next good key works at once.
     assert!(limiter.check_key(b"fine").await.unwrap().degraded.is_none());
 }
@@ -214,54 +223,65 @@ async fn a_key_holding_something_else_is_a_typed_error() {
 #[tokio::test]
 async fn bad_configuration_is_a_typed_error() {
     let server = RedisServer::start();
-    let store = RedisStore::connect(&server.url()).await.unwrap();
+    let store = RedisStore::builder(server.url()).connect().await.unwrap();
     // ~114 years: beyond what the script keeps exact.
     let too_long = Quota::per_hour(1).unwrap().with_burst(1_000_000).unwrap();
     assert!(matches!(
-        RedisRateLimiter::new(store.clone(), too_long),
-        Err(RedisStoreError::WindowTooLong { .. })
+        RemoteRateLimiter::builder(store.clone(), too_long).build(),
+        Err(ConfigError::StoreWindowTooLong { .. })
     ));
     // Faster than one token per microsecond is exact too (T = 1/2 µs).
-    assert!(RedisRateLimiter::new(store.clone(), Quota::per_second(2_000_000).unwrap()).is_ok());
-    let err = RedisStore::standalone(server.url())
+    assert!(
+        RemoteRateLimiter::builder(store.clone(), Quota::per_second(2_000_000).unwrap())
+            .build()
+            .is_ok()
+    );
+    let err = RedisStore::builder(server.url())
         .timeout(Duration::ZERO)
         .connect()
         .await
         .unwrap_err();
-    assert_eq!(err, RedisStoreError::ZeroTimeout);
-    let err = RedisStore::standalone(server.url())
+    assert_eq!(err, ConnectError::Config(ConfigError::ZeroTimeout));
+    let err = RemoteRateLimiter::builder(store.clone(), Quota::per_second(10).unwrap())
         .failure_policy(FailurePolicy::local_share(1.5))
-        .connect()
-        .await
+        .build()
         .unwrap_err();
-    assert_eq!(err, RedisStoreError::InvalidShare { share: 1.5 });
-    let store = RedisStore::standalone(server.url())
+    assert_eq!(err, ConfigError::InvalidShare { share: 1.5 });
+    let err = RemoteRateLimiter::builder(store, Quota::per_second(10).unwrap())
         .failure_policy(FailurePolicy::local_instances(20))
-        .connect()
-        .await
-        .unwrap();
-    let err = RedisRateLimiter::new(store, Quota::per_second(10).unwrap()).unwrap_err();
-    assert!(matches!(err, RedisStoreError::LocalQuota { .. }), "{err:?}");
-    let err = RedisStore::standalone(server.url())
+        .build()
+        .unwrap_err();
+    assert!(matches!(err, ConfigError::LocalQuota { .. }), "{err:?}");
+    let err = RedisStore::builder(server.url())
         .prefix("a{b")
         .connect()
         .await
         .unwrap_err();
-    assert!(matches!(err, RedisStoreError::InvalidPrefix { .. }));
-    let err = RedisStore::connect("not a url").await.unwrap_err();
-    assert!(matches!(err, RedisStoreError::InvalidUrl { .. }), "{err:?}");
+    assert!(matches!(
+        err,
+        ConnectError::Config(ConfigError::InvalidPrefix { .. })
+    ));
+    let err = RedisStore::builder("not a url")
+        .connect()
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, ConnectError::Config(ConfigError::InvalidUrl { .. })),
+        "{err:?}"
+    );
     let mut dead = RedisServer::start();
     let url = dead.url();
     dead.kill();
-    let err = RedisStore::connect(&url).await.unwrap_err();
-    assert!(matches!(err, RedisStoreError::Connect { .. }), "{err:?}");
+    let err = RedisStore::builder(&url).connect().await.unwrap_err();
+    assert!(matches!(err, ConnectError::Unreachable { .. }), "{err:?}");
 }
 
 #[cfg(not(feature = "redis-tls"))]
 #[tokio::test]
 async fn tls_urls_need_the_feature() {
-    let err = RedisStore::connect("rediss://127.0.0.1:6380")
+    let err = RedisStore::builder("rediss://127.0.0.1:6380")
+        .connect()
         .await
         .unwrap_err();
-    assert_eq!(err, RedisStoreError::TlsNotEnabled);
+    assert_eq!(err, ConnectError::Config(ConfigError::TlsNotEnabled));
 }

@@ -7,9 +7,10 @@ mod support;
 use std::sync::Arc;
 use std::time::Duration;
 
-use flowguard::gcra::redis::{RedisRateLimiter, RedisStore};
-use flowguard::gcra::two_tier::{TwoTierConfig, TwoTierLimiter};
-use flowguard::gcra::{MonotonicClock, Quota};
+use flowguard::gcra::redis::RedisStore;
+use flowguard::gcra::remote::RemoteRateLimiter;
+use flowguard::gcra::two_tier::TwoTierLimiter;
+use flowguard::gcra::{KeyedLimit, Quota};
 use support::RedisServer;
 
 /// Script runs (`EVALSHA` + `EVAL` calls, less the failed ones such as the first `NOSCRIPT`)
@@ -28,19 +29,27 @@ fn script_calls(server: &RedisServer) -> u64 {
         .sum()
 }
 
+/// One instance: its own connection, reserving `batch` tokens per round trip; reserved tokens
+/// live `max_token_age` (default: the quota's burst window).
 async fn pod(
     server: &RedisServer,
     quota: Quota,
-    config: TwoTierConfig,
-) -> Arc<TwoTierLimiter<RedisRateLimiter>> {
+    batch: u32,
+    max_token_age: Option<Duration>,
+) -> Arc<TwoTierLimiter<RemoteRateLimiter<RedisStore>>> {
     // A generous timeout: these tests are about accuracy and load, not latency on a busy machine.
-    let store = RedisStore::standalone(server.url())
+    let store = RedisStore::builder(server.url())
         .timeout(Duration::from_secs(2))
         .connect()
         .await
         .unwrap();
-    let limiter = RedisRateLimiter::new(store, quota).unwrap();
-    Arc::new(TwoTierLimiter::with_clock(limiter, config, MonotonicClock::new(), 10_000).unwrap())
+    let limiter = RemoteRateLimiter::builder(store, quota).build().unwrap();
+    let builder = TwoTierLimiter::builder(limiter, batch).max_keys(10_000);
+    let builder = match max_token_age {
+        Some(age) => builder.max_token_age(age),
+        None => builder,
+    };
+    Arc::new(builder.build().unwrap())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -52,10 +61,10 @@ async fn at_batch_50_redis_sees_one_script_call_per_50_decisions() {
         .unwrap()
         .with_burst(100_000)
         .unwrap();
-    let config = TwoTierConfig::new(50).max_token_age(Duration::from_secs(60));
+    let age = Some(Duration::from_secs(60));
     let pods = [
-        pod(&server, quota, config).await,
-        pod(&server, quota, config).await,
+        pod(&server, quota, 50, age).await,
+        pod(&server, quota, 50, age).await,
     ];
     server.cli(&["CONFIG", "RESETSTAT"]);
     let per_pod = 25_000u64;
@@ -97,7 +106,7 @@ async fn instances_together_stay_within_the_global_bound() {
     let (batch, pods_n) = (20u32, 4usize);
     let mut pods = vec![];
     for _ in 0..pods_n {
-        pods.push(pod(&server, quota, TwoTierConfig::new(batch)).await);
+        pods.push(pod(&server, quota, batch, None).await);
     }
     let run = Duration::from_secs(2);
     let start = tokio::time::Instant::now();
@@ -146,7 +155,7 @@ async fn a_client_at_the_quota_rate_is_admitted_through_all_instances() {
     let pods_n = 4;
     let mut pods = vec![];
     for _ in 0..pods_n {
-        pods.push(pod(&server, quota, TwoTierConfig::new(20)).await);
+        pods.push(pod(&server, quota, 20, None).await);
     }
     // One client sends exactly at the quota rate (every 2 ms), round-robin over the instances.
     let mut ticker = tokio::time::interval(Duration::from_millis(2));

@@ -7,33 +7,32 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
-use flowguard::gcra::two_tier::{TwoTierConfig, TwoTierLimiter};
-use flowguard::gcra::{
-    BoxFuture, Decision, GcraError, KeyedRateLimiter, ManualClock, Quota, RateLimitStore,
-};
+use flowguard::clock::ManualClock;
+use flowguard::gcra::two_tier::TwoTierLimiter;
+use flowguard::gcra::{CheckFuture, ConfigError, GcraError, KeyedLimit, KeyedRateLimiter, Quota};
 
 /// Wraps a store, counting the calls that reach it, optionally failing them or making them wait.
 struct Probe<S> {
-    inner: S,
+    inner: Arc<S>,
     calls: AtomicUsize,
-    fail: AtomicBool,
+    fail: Arc<AtomicBool>,
     delay: Option<Duration>,
 }
 
 impl<S> Probe<S> {
     fn new(inner: S) -> Arc<Self> {
         Arc::new(Probe {
-            inner,
+            inner: Arc::new(inner),
             calls: AtomicUsize::new(0),
-            fail: AtomicBool::new(false),
+            fail: Arc::new(AtomicBool::new(false)),
             delay: None,
         })
     }
     fn slow(inner: S, delay: Duration) -> Arc<Self> {
         Arc::new(Probe {
-            inner,
+            inner: Arc::new(inner),
             calls: AtomicUsize::new(0),
-            fail: AtomicBool::new(false),
+            fail: Arc::new(AtomicBool::new(false)),
             delay: Some(delay),
         })
     }
@@ -42,17 +41,19 @@ impl<S> Probe<S> {
     }
 }
 
-impl<S: RateLimitStore> RateLimitStore for Probe<S> {
-    fn check<'a>(&'a self, key: &'a [u8], cost: u32) -> BoxFuture<'a, Result<Decision, GcraError>> {
+impl<S: KeyedLimit + 'static> KeyedLimit for Probe<S> {
+    fn check(&self, key: &[u8], cost: u32) -> CheckFuture {
         self.calls.fetch_add(1, Ordering::SeqCst);
-        Box::pin(async move {
-            if let Some(d) = self.delay {
+        let (inner, fail, delay) = (self.inner.clone(), self.fail.clone(), self.delay);
+        let key = key.to_vec();
+        CheckFuture::new(async move {
+            if let Some(d) = delay {
                 tokio::time::sleep(d).await;
             }
-            if self.fail.load(Ordering::SeqCst) {
-                return Err(GcraError::KeyLimitReached { max_keys: 0 });
+            if fail.load(Ordering::SeqCst) {
+                return Err(GcraError::KeyLimitReached { max_keys: 0 }.into());
             }
-            self.inner.check(key, cost).await
+            inner.check(&key, cost).await
         })
     }
     fn quota(&self) -> Quota {
@@ -74,9 +75,11 @@ async fn most_decisions_never_reach_the_store() {
         Quota::per_second(10_000).unwrap().with_burst(1000).unwrap(),
         &clock,
     ));
-    let limiter =
-        TwoTierLimiter::with_clock(store.clone(), TwoTierConfig::new(50), clock.clone(), 1000)
-            .unwrap();
+    let limiter = TwoTierLimiter::builder(store.clone(), 50)
+        .clock(clock.clone())
+        .max_keys(1000)
+        .build()
+        .unwrap();
     let mut allowed = 0;
     for _ in 0..5000 {
         clock.advance(Duration::from_micros(100)); // exactly the quota's rate
@@ -102,7 +105,11 @@ async fn concurrent_callers_share_one_reservation() {
         Duration::from_millis(5),
     );
     let limiter = Arc::new(
-        TwoTierLimiter::with_clock(store.clone(), TwoTierConfig::new(50), clock, 1000).unwrap(),
+        TwoTierLimiter::builder(store.clone(), 50)
+            .clock(clock)
+            .max_keys(1000)
+            .build()
+            .unwrap(),
     );
     let tasks: Vec<_> = (0..30)
         .map(|_| {
@@ -127,10 +134,12 @@ async fn a_denied_reservation_is_honoured_locally_without_asking_again() {
     let clock = ManualClock::new();
     let quota = Quota::per_second(10).unwrap().with_burst(10).unwrap();
     let store = Probe::new(global(quota, &clock));
-    store.inner.check_key_n(b"k".as_slice(), 10).unwrap(); // another instance spent the whole burst
-    let limiter =
-        TwoTierLimiter::with_clock(store.clone(), TwoTierConfig::new(5), clock.clone(), 1000)
-            .unwrap();
+    let _ = store.inner.check_key_n(b"k".as_slice(), 10).unwrap(); // another instance spent the whole burst
+    let limiter = TwoTierLimiter::builder(store.clone(), 5)
+        .clock(clock.clone())
+        .max_keys(1000)
+        .build()
+        .unwrap();
     let first = limiter.check(b"k", 1).await.unwrap();
     assert!(!first.allowed);
     assert_eq!(
@@ -152,9 +161,11 @@ async fn a_denied_reservation_is_honoured_locally_without_asking_again() {
 async fn tokens_on_hand_survive_a_failing_store() {
     let clock = ManualClock::new();
     let store = Probe::new(global(Quota::per_second(1000).unwrap(), &clock));
-    let limiter =
-        TwoTierLimiter::with_clock(store.clone(), TwoTierConfig::new(20), clock.clone(), 1000)
-            .unwrap();
+    let limiter = TwoTierLimiter::builder(store.clone(), 20)
+        .clock(clock.clone())
+        .max_keys(1000)
+        .build()
+        .unwrap();
     assert!(limiter.check(b"k", 1).await.unwrap().allowed);
     store.fail.store(true, Ordering::SeqCst);
     for i in 0..19 {
@@ -178,9 +189,11 @@ async fn stale_tokens_are_not_hoarded() {
     let clock = ManualClock::new();
     let quota = Quota::per_second(100).unwrap(); // burst window 1 s
     let store = Probe::new(global(quota, &clock));
-    let limiter =
-        TwoTierLimiter::with_clock(store.clone(), TwoTierConfig::new(50), clock.clone(), 1000)
-            .unwrap();
+    let limiter = TwoTierLimiter::builder(store.clone(), 50)
+        .clock(clock.clone())
+        .max_keys(1000)
+        .build()
+        .unwrap();
     assert_eq!(limiter.check(b"k", 1).await.unwrap().remaining, 49);
     clock.advance(Duration::from_secs(1));
     // The 49 left are a second old: dropped; a fresh batch is reserved.
@@ -196,30 +209,36 @@ async fn stale_tokens_are_not_hoarded() {
 async fn costs_are_validated_and_large_ones_go_to_the_store() {
     let clock = ManualClock::new();
     let store = Probe::new(global(Quota::per_second(100).unwrap(), &clock));
-    let limiter =
-        TwoTierLimiter::with_clock(store.clone(), TwoTierConfig::new(10), clock, 1000).unwrap();
+    let limiter = TwoTierLimiter::builder(store.clone(), 10)
+        .clock(clock)
+        .max_keys(1000)
+        .build()
+        .unwrap();
     assert_eq!(
         limiter.check(b"k", 101).await,
         Err(GcraError::InsufficientCapacity {
             cost: 101,
             burst: 100
-        })
+        }
+        .into())
     );
     assert_eq!(store.calls(), 0);
     let big = limiter.check(b"k", 60).await.unwrap();
     assert!(big.allowed);
     assert_eq!(store.calls(), 1);
-    let err = TwoTierLimiter::with_clock(
-        store.clone(),
-        TwoTierConfig::new(101),
-        ManualClock::new(),
-        10,
-    )
-    .unwrap_err();
-    assert!(err.to_string().contains("at most 100"), "{err}");
-    let err = TwoTierLimiter::with_clock(store, TwoTierConfig::new(10), ManualClock::new(), 0)
+    let err = TwoTierLimiter::builder(store.clone(), 101)
+        .clock(ManualClock::new())
+        .max_keys(10)
+        .build()
         .unwrap_err();
-    assert!(err.to_string().contains("at least one reservoir"), "{err}");
+    assert!(err.to_string().contains("at most 100"), "{err}");
+    let err = TwoTierLimiter::builder(store, 10)
+        .clock(ManualClock::new())
+        .max_keys(0)
+        .build()
+        .unwrap_err();
+    assert_eq!(err, ConfigError::ZeroMaxKeys);
+    assert!(err.to_string().contains("at least one"), "{err}");
 }
 
 /// N instances share one global quota; a client sends through all of them, round-robin.
@@ -230,13 +249,11 @@ async fn simulate(instances: usize, offered_per_interval: u32, seconds: u64) -> 
     let batch = 10;
     let pods: Vec<_> = (0..instances)
         .map(|_| {
-            TwoTierLimiter::with_clock(
-                store.clone(),
-                TwoTierConfig::new(batch),
-                clock.clone(),
-                1000,
-            )
-            .unwrap()
+            TwoTierLimiter::builder(store.clone(), batch)
+                .clock(clock.clone())
+                .max_keys(1000)
+                .build()
+                .unwrap()
         })
         .collect();
     let (mut sent, mut admitted) = (0u64, 0u64);

@@ -119,7 +119,7 @@ fn bytes_per_key() -> (f64, f64) {
     let before = LIVE.load(Ordering::Relaxed);
     let fg = flowguard::gcra::KeyedRateLimiter::<u64>::new(fg_quota());
     for k in 0..KEYS {
-        fg.check_key(&k).unwrap();
+        let _ = fg.check_key(&k).unwrap();
     }
     let fg_bytes = (LIVE.load(Ordering::Relaxed) - before) as f64 / KEYS as f64;
     drop(fg);

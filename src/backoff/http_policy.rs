@@ -26,7 +26,7 @@ pub const IDEMPOTENCY_KEY: &str = "idempotency-key";
 ///
 /// A final answer is never retried, whatever [`retry_statuses`](Self::retry_statuses) lists:
 /// `413 Content Too Large` without `Retry-After` says the request can never be served as it is
-/// (RFC 9110 §15.5.14; flowguard's `gcra::layer::RateLimitLayer` answers it to a request
+/// (RFC 9110 §15.5.14; flowguard's `gcra::layer::QuotaLayer` answers it to a request
 /// costing more than the quota's burst). With `Retry-After` the server
 /// says the condition is temporary, and a listed `413` is retried.
 ///

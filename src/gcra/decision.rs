@@ -7,10 +7,11 @@ use crate::headers::ceil_secs;
 /// The outcome of checking `cost` tokens against a key's quota.
 ///
 /// ```
-/// use flowguard::gcra::{Quota, RateLimiter, ManualClock};
+/// use flowguard::gcra::{Quota, RateLimiter};
+/// use flowguard::clock::ManualClock;
 /// use std::time::Duration;
 ///
-/// let limiter = RateLimiter::with_clock(Quota::per_second(10)?, ManualClock::new());
+/// let limiter = RateLimiter::builder(Quota::per_second(10)?).clock(ManualClock::new()).build()?;
 /// let d = limiter.check_n(3)?;
 /// assert!(d.allowed);
 /// assert_eq!(d.limit, 10);
@@ -21,6 +22,7 @@ use crate::headers::ceil_secs;
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[non_exhaustive]
+#[must_use = "a decision says whether the request may proceed"]
 pub struct Decision {
     /// Whether the tokens were granted (and spent). Denied requests change nothing.
     pub allowed: bool,
@@ -82,8 +84,9 @@ impl Decision {
     /// a client that waits exactly this long is allowed.
     ///
     /// ```
-    /// # use flowguard::gcra::{Quota, RateLimiter, ManualClock};
-    /// let limiter = RateLimiter::with_clock(Quota::per_minute(1)?, ManualClock::new());
+    /// # use flowguard::clock::ManualClock;
+    /// # use flowguard::gcra::{Quota, RateLimiter};
+    /// let limiter = RateLimiter::builder(Quota::per_minute(1)?).clock(ManualClock::new()).build()?;
     /// assert!(limiter.check()?.allowed);
     /// let denied = limiter.check()?;
     /// assert_eq!(denied.retry_after_secs(), Some(60));

@@ -1,9 +1,14 @@
-//! [`GcraError`]: what can go wrong when checking a quota, and what to do about it.
+//! [`GcraError`]: what the GCRA core can report about a check, and what to do about it.
 
 use std::fmt;
+use std::time::Duration;
 
-/// An error from a rate-limit check. Each variant says what to change.
-#[derive(Debug, Clone, PartialEq, Eq)]
+use super::quota::QuotaError;
+
+/// What the GCRA core and the in-memory limiters can report instead of a [`Decision`](super::Decision).
+/// Each variant says what to change. (A check through a shared store can fail in more ways: see
+/// [`CheckError`](super::CheckError).)
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum GcraError {
     /// The request costs more tokens than the burst: it can never be allowed, so it is not
@@ -20,43 +25,11 @@ pub enum GcraError {
         /// The configured maximum.
         max_keys: usize,
     },
-    /// A shared store (Redis) holds a value of another type at the limiter's key (`WRONGTYPE`):
-    /// something else writes there. Delete the key or give the limiter its own key prefix.
-    WrongType {
-        /// The store key, lossily decoded as UTF-8.
-        key: String,
-    },
-    /// A shared store holds a string at the limiter's key that is not a GCRA state (a TAT in
-    /// decimal microseconds, `"<whole>"` or `"<whole>+<frac>/<den>"`, below 2^53): something else
-    /// writes there. Nothing was changed. Delete the key (the key is then idle: a full burst) or give
-    /// the limiter its own key prefix.
-    CorruptState {
-        /// The store key, lossily decoded as UTF-8.
-        key: String,
-    },
-    /// A shared store refused the call for a reason that retrying will not fix, e.g. an ACL user
-    /// without permission for a command the limiter needs. The reason says what the server answered.
-    StoreRejected {
-        /// The server's answer and what to change.
-        reason: String,
-    },
-    /// A shared store did not answer within its timeout, or the connection failed. Only the raw
-    /// store API returns this; limiters answer such calls by their failure policy instead.
-    StoreUnavailable {
-        /// What went wrong.
-        reason: String,
-    },
-    /// [`Guard::admit`](crate::Guard::admit) was called on a guard without a rate limit:
-    /// configure one with [`GuardBuilder::rate_limit`](crate::GuardBuilder::rate_limit).
-    NoRateLimit,
 }
 
 impl fmt::Display for GcraError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            GcraError::NoRateLimit => f.write_str(
-                "this Guard has no rate limit: configure one with GuardBuilder::rate_limit",
-            ),
             GcraError::InsufficientCapacity { cost, burst } => write!(
                 f,
                 "request costs {cost} tokens but the quota's burst is {burst}: it can never be allowed; \
@@ -67,47 +40,155 @@ impl fmt::Display for GcraError {
                 "keyed rate limiter is full: {max_keys} keys are live and none has expired; \
                  raise max_keys or choose Overflow::AllowUntracked"
             ),
-            GcraError::WrongType { key } => write!(
-                f,
-                "store key {key:?} holds a value of another type (WRONGTYPE): something else writes there; \
-                 delete the key or give the limiter its own key prefix"
-            ),
-            GcraError::CorruptState { key } => write!(
-                f,
-                "store key {key:?} holds a string that is not a GCRA state: something else writes there; \
-                 delete the key or give the limiter its own key prefix"
-            ),
-            GcraError::StoreRejected { reason } => {
-                write!(f, "the rate-limit store refused the call: {reason}")
-            }
-            GcraError::StoreUnavailable { reason } => {
-                write!(
-                    f,
-                    "the rate-limit store did not answer: {reason} (limiters apply their failure policy to this)"
-                )
-            }
         }
     }
 }
 
 impl std::error::Error for GcraError {}
 
-/// A limiter configuration that cannot work, and what to change.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// A configuration of a `gcra` limiter or store that cannot work, and what to change: of the
+/// in-memory keyed limiter, the [remote](super::remote) limiter and its failure policy, the Redis
+/// store (feature `redis`) and the [two-tier](super::two_tier) limiter. Every builder of the
+/// module reports this type.
+#[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub enum ConfigError {
-    /// `max_keys` was 0: a keyed limiter needs room for at least one key.
+    /// `max_keys` (or `local_max_keys`) was 0: a keyed limiter needs room for at least one key.
     ZeroMaxKeys,
+    /// A two-tier batch of 0: reserve at least 1 token per batch.
+    ZeroBatch,
+    /// A two-tier batch above the quota's burst: such a reservation could never be granted.
+    BatchAboveBurst {
+        /// The configured batch.
+        batch: u32,
+        /// The quota's burst.
+        burst: u32,
+    },
+    /// A two-tier refill threshold that is not below the batch, so every local decision would
+    /// start a refill.
+    ThresholdNotBelowBatch {
+        /// The configured threshold.
+        refill_below: u32,
+        /// The configured batch.
+        batch: u32,
+    },
+    /// A two-tier maximum token age of zero: reserved tokens would be stale on arrival.
+    ZeroTokenAge,
+    /// A local-fallback [share](super::LocalShare) that is not a fraction in `(0, 1]` (or zero
+    /// instances).
+    InvalidShare {
+        /// The share given.
+        share: f64,
+    },
+    /// The local-fallback quota derived from the global quota and this instance's share is
+    /// invalid (typically: the share of the burst rounds down to zero tokens).
+    LocalQuota {
+        /// The share that was applied, as a fraction (one of `n` instances is `1 / n`).
+        share: f64,
+        /// Why the derived quota is invalid.
+        source: QuotaError,
+    },
+    /// The quota cannot be kept exactly at a store's time resolution. Every valid [`Quota`] can
+    /// at the Redis store's microsecond (intervals are kept as whole ticks and an exact fraction),
+    /// so this is reported only for a store of another resolution.
+    ///
+    /// [`Quota`]: super::Quota
+    StoreResolution(QuotaError),
+    /// The quota's burst window is longer than a store can represent exactly (the Redis
+    /// script's timestamps must stay exact in Lua's doubles).
+    StoreWindowTooLong {
+        /// The quota's burst window.
+        window: Duration,
+        /// The longest window the store supports.
+        max: Duration,
+    },
+    /// A store URL that cannot be parsed. Use `redis://[user:password@]host:port[/db]` (or
+    /// `rediss://` for TLS).
+    InvalidUrl {
+        /// What the parser said.
+        reason: String,
+    },
+    /// A `rediss://` URL, but the crate was built without the `redis-tls` feature.
+    TlsNotEnabled,
+    /// A Redis Cluster store with no node URL.
+    NoClusterNodes,
+    /// A store timeout (per call, connect, node connect) or probe interval of zero.
+    ZeroTimeout,
+    /// A store key prefix that cannot be used.
+    InvalidPrefix {
+        /// Why, and what to change.
+        reason: String,
+    },
 }
 
 impl fmt::Display for ConfigError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             ConfigError::ZeroMaxKeys => {
-                f.write_str("max_keys is 0: a keyed limiter needs room for at least one key")
+                f.write_str("max_keys is 0: a keyed limiter needs room for at least one key (a two-tier limiter for at least one reservoir)")
             }
+            ConfigError::ZeroBatch => {
+                f.write_str("two-tier batch is 0: reserve at least 1 token per batch")
+            }
+            ConfigError::BatchAboveBurst { batch, burst } => write!(
+                f,
+                "two-tier batch of {batch} exceeds the quota's burst of {burst}: such a reservation is never \
+                 granted; use a batch of at most {burst} (or raise the burst)"
+            ),
+            ConfigError::ThresholdNotBelowBatch {
+                refill_below,
+                batch,
+            } => write!(
+                f,
+                "two-tier refill threshold {refill_below} is not below the batch {batch}: use a threshold \
+                 below the batch"
+            ),
+            ConfigError::ZeroTokenAge => f.write_str(
+                "two-tier max_token_age is zero: tokens would be stale on arrival; use a positive age",
+            ),
+            ConfigError::InvalidShare { share } => write!(
+                f,
+                "local-fallback share {share} is not a fraction in (0, 1]: use this instance's part of the \
+                 quota, e.g. 0.25 for one of four instances"
+            ),
+            ConfigError::LocalQuota { share, source } => write!(
+                f,
+                "the local-fallback quota (a share of {share} of the global quota) is invalid: {source}; use a larger \
+                 share, a larger burst, or FailurePolicy::FailOpen / FailClosed"
+            ),
+            ConfigError::StoreResolution(source) => {
+                write!(f, "quota unusable at the store's resolution: {source}")
+            }
+            ConfigError::StoreWindowTooLong { window, max } => write!(
+                f,
+                "quota burst window {window:?} exceeds the store's maximum of {max:?} \
+                 (timestamps must stay exact in Lua's doubles): lower the burst or shorten the period"
+            ),
+            ConfigError::InvalidUrl { reason } => write!(
+                f,
+                "invalid Redis URL ({reason}): use redis://[user:password@]host:port[/db] or rediss:// for TLS"
+            ),
+            ConfigError::TlsNotEnabled => f.write_str(
+                "a rediss:// (TLS) URL needs flowguard's `redis-tls` feature: enable it or use redis://",
+            ),
+            ConfigError::NoClusterNodes => {
+                f.write_str("a Redis Cluster store needs at least one node URL")
+            }
+            ConfigError::ZeroTimeout => f.write_str(
+                "a store timeout or probe interval is zero: every call would fail; use a positive duration",
+            ),
+            ConfigError::InvalidPrefix { reason } => write!(f, "invalid key prefix: {reason}"),
         }
     }
 }
 
-impl std::error::Error for ConfigError {}
+impl std::error::Error for ConfigError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            ConfigError::LocalQuota { source, .. } | ConfigError::StoreResolution(source) => {
+                Some(source)
+            }
+            _ => None,
+        }
+    }
+}

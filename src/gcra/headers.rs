@@ -64,12 +64,13 @@ impl Decision {
     /// Earlier fields are kept (see [`HeaderStyle::write`]), so stacked limits add up.
     ///
     /// ```
-    /// use flowguard::gcra::{ManualClock, Quota, RateLimiter};
+    /// use flowguard::gcra::{Quota, RateLimiter};
+    /// use flowguard::clock::ManualClock;
     /// use flowguard::headers::{HeaderStyle, PolicyName};
     /// use http::HeaderMap;
     ///
     /// let quota = Quota::per_minute(2)?;
-    /// let limiter = RateLimiter::with_clock(quota, ManualClock::new());
+    /// let limiter = RateLimiter::builder(quota).clock(ManualClock::new()).build()?;
     /// limiter.check_n(2)?;
     /// let policy = quota.rate_limit_policy(PolicyName::default());
     /// let mut headers = HeaderMap::new();

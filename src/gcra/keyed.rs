@@ -8,6 +8,7 @@
 //! incrementally as new keys arrive.
 
 use std::borrow::Borrow;
+use std::marker::PhantomData;
 
 use super::algorithm::{Gcra, Ticks};
 use super::cell::{ExactTat, TatCell, WholeTat};
@@ -108,16 +109,17 @@ macro_rules! with_table {
     };
 }
 
-/// Configures a [`KeyedRateLimiter`].
-#[derive(Debug)]
-pub struct KeyedRateLimiterBuilder<C = MonotonicClock> {
+/// Configures a [`KeyedRateLimiter`]: [`KeyedRateLimiter::builder`].
+#[must_use = "a builder does nothing until `build` is called"]
+pub struct KeyedRateLimiterBuilder<K, C = MonotonicClock> {
     quota: Quota,
     clock: C,
     max_keys: usize,
     overflow: Overflow,
+    key: PhantomData<fn() -> K>,
 }
 
-impl<C: Clock> KeyedRateLimiterBuilder<C> {
+impl<K: LimitKey, C: Clock> KeyedRateLimiterBuilder<K, C> {
     /// The most keys stored at once (default [`DEFAULT_MAX_KEYS`]). Must be at least 1.
     pub fn max_keys(mut self, max_keys: usize) -> Self {
         self.max_keys = max_keys;
@@ -131,17 +133,18 @@ impl<C: Clock> KeyedRateLimiterBuilder<C> {
     }
 
     /// Reads time from `clock` instead of the real monotonic clock.
-    pub fn clock<C2: Clock>(self, clock: C2) -> KeyedRateLimiterBuilder<C2> {
+    pub fn clock<C2: Clock>(self, clock: C2) -> KeyedRateLimiterBuilder<K, C2> {
         KeyedRateLimiterBuilder {
             quota: self.quota,
             clock,
             max_keys: self.max_keys,
             overflow: self.overflow,
+            key: PhantomData,
         }
     }
 
     /// Builds the limiter; `max_keys == 0` is [`ConfigError::ZeroMaxKeys`].
-    pub fn build<K: LimitKey>(self) -> Result<KeyedRateLimiter<K, C>, ConfigError> {
+    pub fn build(self) -> Result<KeyedRateLimiter<K, C>, ConfigError> {
         if self.max_keys == 0 {
             return Err(ConfigError::ZeroMaxKeys);
         }
@@ -164,31 +167,36 @@ impl<C: Clock> KeyedRateLimiterBuilder<C> {
 }
 
 impl<K: LimitKey> KeyedRateLimiter<K, MonotonicClock> {
-    /// A limiter on the real clock with the default bounds.
+    /// A limiter on the real clock with the default bounds: the builder with its defaults, which
+    /// cannot fail.
     pub fn new(quota: Quota) -> Self {
-        KeyedRateLimiterBuilder::new(quota)
+        KeyedRateLimiter::builder(quota)
             .build()
             .unwrap_or_else(|_| unreachable!("the default max_keys is not zero"))
     }
-}
 
-impl KeyedRateLimiter<(), MonotonicClock> {
-    /// Starts configuring a limiter for `quota`; the key type is chosen at [`build`](KeyedRateLimiterBuilder::build).
-    pub fn builder(quota: Quota) -> KeyedRateLimiterBuilder<MonotonicClock> {
-        KeyedRateLimiterBuilder::new(quota)
-    }
-}
-
-impl KeyedRateLimiterBuilder<MonotonicClock> {
     /// Starts configuring a limiter for `quota` with the defaults: real clock,
-    /// [`DEFAULT_MAX_KEYS`], [`Overflow::Reject`].
-    pub fn new(quota: Quota) -> Self {
+    /// [`DEFAULT_MAX_KEYS`], [`Overflow::Reject`]. The key type is the limiter's
+    /// (`KeyedRateLimiter::<String>::builder(quota)`), or inferred from its use.
+    pub fn builder(quota: Quota) -> KeyedRateLimiterBuilder<K> {
         KeyedRateLimiterBuilder {
             quota,
             clock: MonotonicClock::new(),
             max_keys: DEFAULT_MAX_KEYS,
             overflow: Overflow::Reject,
+            key: PhantomData,
         }
+    }
+}
+
+impl<K, C: std::fmt::Debug> std::fmt::Debug for KeyedRateLimiterBuilder<K, C> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KeyedRateLimiterBuilder")
+            .field("quota", &self.quota)
+            .field("clock", &self.clock)
+            .field("max_keys", &self.max_keys)
+            .field("overflow", &self.overflow)
+            .finish()
     }
 }
 
@@ -212,6 +220,17 @@ impl<K: LimitKey, C: Clock> KeyedRateLimiter<K, C> {
         Q: LimitKey<Stored = K::Stored, Probe = K::Probe> + ?Sized,
     {
         key.with_probe(&self.digester, |stored| self.check_stored(stored, cost))
+    }
+
+    /// [`check_key_n`](Self::check_key_n) for the bytes of a byte-string key, whatever its type
+    /// (`String` keys are looked up by their UTF-8 bytes, as the same key).
+    #[inline]
+    pub(crate) fn check_bytes(&self, key: &[u8], cost: u32) -> Result<Decision, GcraError>
+    where
+        K: LimitKey<Stored = Vec<u8>, Probe = [u8]>,
+    {
+        self.digester
+            .with_probe(key, |stored| self.check_stored(stored, cost))
     }
 
     /// [`check_key_n`](Self::check_key_n) for a key in its stored form.

@@ -3,7 +3,7 @@
 use super::algorithm::Gcra;
 use super::cell::TatState;
 use super::decision::Decision;
-use super::error::GcraError;
+use super::error::{ConfigError, GcraError};
 use super::quota::Quota;
 use crate::clock::{Clock, MonotonicClock};
 
@@ -37,25 +37,74 @@ pub struct RateLimiter<C: Clock = MonotonicClock> {
 #[repr(align(128))]
 struct OwnLine<T>(T);
 
-impl RateLimiter<MonotonicClock> {
-    /// A limiter on the real monotonic clock.
-    pub fn new(quota: Quota) -> Self {
-        RateLimiter::with_clock(quota, MonotonicClock::new())
+/// Configures a [`RateLimiter`]: [`RateLimiter::builder`].
+#[must_use = "a builder does nothing until `build` is called"]
+#[derive(Debug)]
+pub struct RateLimiterBuilder<C = MonotonicClock> {
+    quota: Quota,
+    clock: C,
+}
+
+impl<C: Clock> RateLimiterBuilder<C> {
+    /// Reads time from `clock` instead of the real monotonic clock (e.g. a
+    /// [`ManualClock`](crate::clock::ManualClock) in tests and simulations).
+    pub fn clock<C2: Clock>(self, clock: C2) -> RateLimiterBuilder<C2> {
+        RateLimiterBuilder {
+            quota: self.quota,
+            clock,
+        }
+    }
+
+    /// Builds the limiter. A single-key limiter has nothing that can be misconfigured (every
+    /// [`Quota`] works in memory), so this never fails; it returns a `Result` like every builder
+    /// of the crate.
+    pub fn build(self) -> Result<RateLimiter<C>, ConfigError> {
+        let gcra = Gcra::new(&self.quota);
+        Ok(RateLimiter {
+            gcra,
+            quota: self.quota,
+            tat: OwnLine(TatState::idle(&gcra)),
+            clock: self.clock,
+        })
     }
 }
 
-impl<C: Clock> RateLimiter<C> {
-    /// A limiter reading time from `clock` (e.g. a [`ManualClock`](super::ManualClock) in tests).
-    pub fn with_clock(quota: Quota, clock: C) -> Self {
+impl RateLimiter<MonotonicClock> {
+    /// A limiter on the real monotonic clock: the builder with its defaults.
+    pub fn new(quota: Quota) -> Self {
         let gcra = Gcra::new(&quota);
         RateLimiter {
             gcra,
             quota,
             tat: OwnLine(TatState::idle(&gcra)),
-            clock,
+            clock: MonotonicClock::new(),
         }
     }
 
+    /// Starts configuring a limiter for `quota`, on the real monotonic clock by default.
+    ///
+    /// ```
+    /// use flowguard::clock::ManualClock;
+    /// use flowguard::gcra::{Quota, RateLimiter};
+    /// use std::time::Duration;
+    ///
+    /// let clock = ManualClock::new();
+    /// let limiter = RateLimiter::builder(Quota::per_second(2)?).clock(clock.clone()).build()?;
+    /// assert!(limiter.check_n(2)?.allowed);
+    /// assert!(!limiter.check()?.allowed);
+    /// clock.advance(Duration::from_millis(500));
+    /// assert!(limiter.check()?.allowed);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn builder(quota: Quota) -> RateLimiterBuilder {
+        RateLimiterBuilder {
+            quota,
+            clock: MonotonicClock::new(),
+        }
+    }
+}
+
+impl<C: Clock> RateLimiter<C> {
     /// Checks (and on success spends) one token.
     #[inline]
     pub fn check(&self) -> Result<Decision, GcraError> {

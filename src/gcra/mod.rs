@@ -6,20 +6,34 @@
 //! burst window of now. The emission interval `period / rate` is kept exactly, as a fraction, in
 //! every store (see [`Gcra`]): no quota is ever exceeded by rounding.
 //!
+//! The pure core (no I/O, time is an argument or an injected [`Clock`](crate::clock::Clock)):
+//!
 //! * [`Quota`]: rate per period and burst, validated.
 //! * [`Gcra`]: the pure decision rule (stored TAT, now, cost) → [`Decision`] + new TAT, in exact
 //!   [`Ticks`] (whole ticks and a fraction of a tick).
 //! * [`RateLimiter`]: one key, lock-free. [`KeyedRateLimiter`]: many keys, bounded memory.
-//! * [`Clock`]: [`MonotonicClock`] for production, [`ManualClock`] for tests and simulations.
+//! * [`GcraError`]: what the core reports instead of a decision; [`ConfigError`]: what a builder
+//!   of this module reports.
+//!
+//! On top of it:
+//!
+//! * [`KeyedLimit`]: the async face every keyed limiter shares (in memory, remote, two-tier), so
+//!   that middleware and [`Guard`](crate::Guard) take any of them; its error [`CheckError`] is the
+//!   core's or a store's.
+//! * [`remote`]: state shared by every instance through a store, and the one limiter that applies
+//!   a failure policy when the store does not answer; [`redis`] (feature `redis`) is that store.
+//! * [`two_tier`]: tokens reserved from a shared quota in batches and spent locally.
+//! * `layer` (feature `tower`): the inbound HTTP middleware.
 //!
 //! ```
-//! use flowguard::gcra::{KeyedRateLimiter, ManualClock, Quota};
+//! use flowguard::clock::ManualClock;
+//! use flowguard::gcra::{KeyedRateLimiter, Quota};
 //! use std::time::Duration;
 //!
 //! let clock = ManualClock::new();
-//! let limiter = KeyedRateLimiter::builder(Quota::per_second(5)?)
+//! let limiter = KeyedRateLimiter::<u64>::builder(Quota::per_second(5)?)
 //!     .clock(clock.clone())
-//!     .build::<u64>()?;
+//!     .build()?;
 //! for _ in 0..5 {
 //!     assert!(limiter.check_key(&42)?.allowed);
 //! }
@@ -32,6 +46,7 @@
 
 mod algorithm;
 mod cell;
+mod check;
 mod decision;
 mod error;
 mod headers;
@@ -43,12 +58,13 @@ mod limiter;
 mod quota;
 #[cfg(feature = "redis")]
 pub mod redis;
-mod store;
+pub mod remote;
+mod share;
 mod table;
 pub mod two_tier;
 
-pub use crate::clock::{Clock, ManualClock, MonotonicClock};
 pub use algorithm::{Gcra, Step, Ticks};
+pub use check::{CheckError, CheckFuture, KeyedLimit};
 pub use decision::{Decision, Degradation};
 pub use error::{ConfigError, GcraError};
 pub use keyed::{
@@ -56,8 +72,6 @@ pub use keyed::{
     MAX_HEAP_FIXED_BYTES, Overflow,
 };
 pub use limit_key::{FixedSizeKey, LimitKey, MAX_VERBATIM_KEY_LEN};
-pub use limiter::RateLimiter;
+pub use limiter::{RateLimiter, RateLimiterBuilder};
 pub use quota::{MAX_WINDOW, Quota, QuotaError};
-#[cfg(feature = "redis")]
-pub use redis::{FailurePolicy, RedisRateLimiter, RedisStore};
-pub use store::{BoxFuture, RateLimitStore};
+pub use share::LocalShare;

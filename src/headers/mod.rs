@@ -3,7 +3,7 @@
 //! (draft-ietf-httpapi-ratelimit-headers), and the legacy `X-RateLimit-*` fields.
 //!
 //! A denied request under a quota of 10 per second (burst 10), in the default
-//! [`HeaderStyle::Ietf`], as `gcra::layer::RateLimitLayer` answers it:
+//! [`HeaderStyle::Ietf`], as `gcra::layer::QuotaLayer` answers it:
 //!
 //! ```text
 //! HTTP/1.1 429 Too Many Requests

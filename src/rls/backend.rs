@@ -4,9 +4,9 @@
 //! * Memory: one [`KeyedRateLimiter`] per distinct rate. A request's descriptors are decided under
 //!   locks of every key involved (striped), so the [`plan`] is atomic: a denied request
 //!   spends nothing, whatever other requests run at the same time.
-//! * Redis / Redis Cluster: one [`RedisRateLimiter`] per distinct rate over one [`RedisStore`].
+//! * Redis / Redis Cluster: one [`RemoteRateLimiter`] per distinct rate over one [`RedisStore`].
 //!   With [`OnFailure::Unavailable`] the raw store is called and an unreachable store is an error
-//!   (the service answers gRPC `UNAVAILABLE`); otherwise the store's [`FailurePolicy`] answers.
+//!   (the service answers gRPC `UNAVAILABLE`); otherwise the limiter's [`FailurePolicy`] answers.
 //! * Two-tier: a [`TwoTierLimiter`] over the Redis limiter; its reservoir is not a global view,
 //!   so descriptors are spent independently (no peek).
 
@@ -19,9 +19,12 @@ use parking_lot::Mutex;
 
 use super::config::Rate;
 use super::plan::{self, AfterPeek, Item, Start, Verdict};
-use crate::gcra::redis::{FailurePolicy, RedisRateLimiter, RedisStore};
-use crate::gcra::two_tier::{TwoTierConfig, TwoTierLimiter};
-use crate::gcra::{BoxFuture, Decision, GcraError, KeyedRateLimiter, Quota, RateLimitStore};
+use crate::gcra::redis::RedisStore;
+use crate::gcra::remote::{FailurePolicy, RemoteRateLimiter, RemoteStore, StoreError};
+use crate::gcra::two_tier::TwoTierLimiter;
+use crate::gcra::{
+    CheckError, CheckFuture, Decision, Gcra, GcraError, KeyedLimit, KeyedRateLimiter, Quota,
+};
 
 /// Lock stripes of the in-memory backend.
 const STRIPES: usize = 1024;
@@ -107,8 +110,19 @@ impl std::error::Error for BackendError {}
 impl From<GcraError> for BackendError {
     fn from(e: GcraError) -> Self {
         match e {
-            GcraError::StoreUnavailable { .. } => BackendError::Unavailable(e.to_string()),
             GcraError::KeyLimitReached { .. } => BackendError::Full(e.to_string()),
+            _ => BackendError::Rejected(e.to_string()),
+        }
+    }
+}
+
+impl From<CheckError> for BackendError {
+    fn from(e: CheckError) -> Self {
+        match e {
+            CheckError::Gcra(e) => e.into(),
+            CheckError::Store(StoreError::Unavailable(_)) => {
+                BackendError::Unavailable(e.to_string())
+            }
             _ => BackendError::Rejected(e.to_string()),
         }
     }
@@ -129,10 +143,10 @@ enum Engine {
     /// Boxed: the in-memory limiter is several cache lines, the others a handle.
     Memory(Box<KeyedRateLimiter<Vec<u8>>>),
     /// The raw store: an unavailable store is an error.
-    Raw(RedisRateLimiter),
-    /// The limiter with the store's failure policy.
-    Policy(RedisRateLimiter),
-    TwoTier(TwoTierLimiter<Arc<dyn RateLimitStore>>),
+    Raw(RawStore),
+    /// The limiter with the configured failure policy.
+    Policy(RemoteRateLimiter<RedisStore>),
+    TwoTier(TwoTierLimiter<Arc<dyn KeyedLimit>>),
 }
 
 impl Limiter {
@@ -164,24 +178,35 @@ pub struct Check<'a> {
     pub enforce: bool,
 }
 
-/// The raw Redis store as a [`RateLimitStore`] that reports an unavailable store as an error
-/// (for two-tier reservations in [`OnFailure::Unavailable`] mode).
-struct RawStore(RedisRateLimiter);
+/// The Redis store with no failure policy: an unavailable store is an error (for
+/// [`OnFailure::Unavailable`] mode, and two-tier reservations in that mode). Cheap to clone.
+#[derive(Clone)]
+struct RawStore {
+    store: RedisStore,
+    quota: Quota,
+    rule: Gcra,
+}
 
-impl RateLimitStore for RawStore {
-    fn check<'a>(&'a self, key: &'a [u8], cost: u32) -> BoxFuture<'a, Result<Decision, GcraError>> {
-        Box::pin(async move {
-            let limiter = &self.0;
-            let answer = limiter
-                .store()
-                .check(key, limiter.redis_quota(), cost)
-                .await?;
-            Ok(answer.decision)
-        })
+impl RawStore {
+    fn new(store: RedisStore, quota: Quota) -> Result<RawStore, String> {
+        let rule = store.rule(&quota).map_err(|e| e.to_string())?;
+        Ok(RawStore { store, quota, rule })
+    }
+
+    async fn decide(&self, key: &[u8], cost: u32) -> Result<Decision, CheckError> {
+        let key = self.store.key(key);
+        Ok(self.store.decide(&key, &self.rule, cost).await?.decision)
+    }
+}
+
+impl KeyedLimit for RawStore {
+    fn check(&self, key: &[u8], cost: u32) -> CheckFuture {
+        let (raw, key) = (self.clone(), key.to_vec());
+        CheckFuture::new(async move { raw.decide(&key, cost).await })
     }
 
     fn quota(&self) -> Quota {
-        *self.0.quota()
+        self.quota
     }
 }
 
@@ -192,6 +217,7 @@ enum Kind {
     Redis {
         store: RedisStore,
         raw: bool,
+        policy: FailurePolicy,
         two_tier_batch: Option<u32>,
     },
 }
@@ -220,7 +246,7 @@ impl Backend {
             },
             StoreConfig::Redis(redis) => {
                 let mut builder = if redis.cluster {
-                    RedisStore::cluster(redis.urls.iter().cloned())
+                    RedisStore::cluster_builder(redis.urls.iter().cloned())
                 } else {
                     let url = match redis.urls.as_slice() {
                         [url] => url.clone(),
@@ -231,7 +257,7 @@ impl Backend {
                             );
                         }
                     };
-                    RedisStore::standalone(url)
+                    RedisStore::builder(url)
                 };
                 builder = builder.prefix(redis.prefix.as_bytes());
                 if let Some(timeout) = redis.timeout {
@@ -243,14 +269,11 @@ impl Backend {
                     OnFailure::LocalShare(share) => FailurePolicy::local_share(share),
                     OnFailure::LocalInstances(n) => FailurePolicy::local_instances(n),
                 };
-                let store = builder
-                    .failure_policy(policy)
-                    .connect_lazy()
-                    .await
-                    .map_err(|e| e.to_string())?;
+                let store = builder.connect_lazy().await.map_err(|e| e.to_string())?;
                 Kind::Redis {
                     store,
                     raw: redis.on_failure == OnFailure::Unavailable,
+                    policy,
                     two_tier_batch: redis.two_tier_batch,
                 }
             }
@@ -298,27 +321,49 @@ impl Backend {
             Kind::Redis {
                 store,
                 raw,
+                policy,
                 two_tier_batch,
             } => {
-                let limiter =
-                    RedisRateLimiter::new(store.clone(), quota).map_err(|e| e.to_string())?;
-                match two_tier_batch {
-                    Some(batch) => {
-                        let shared: Arc<dyn RateLimitStore> = if *raw {
-                            Arc::new(RawStore(limiter))
-                        } else {
-                            Arc::new(limiter)
-                        };
-                        Engine::TwoTier(
-                            TwoTierLimiter::new(shared, TwoTierConfig::new(*batch))
-                                .map_err(|e| format!("two-tier batch: {e}"))?,
-                        )
+                let shared: Arc<dyn KeyedLimit> = if *raw {
+                    let raw = RawStore::new(store.clone(), quota)?;
+                    if two_tier_batch.is_none() {
+                        return Ok(self.remember(&mut limiters, rate, quota, Engine::Raw(raw)));
                     }
-                    None if *raw => Engine::Raw(limiter),
-                    None => Engine::Policy(limiter),
-                }
+                    Arc::new(raw)
+                } else {
+                    let limiter = RemoteRateLimiter::builder(store.clone(), quota)
+                        .failure_policy(*policy)
+                        .build()
+                        .map_err(|e| e.to_string())?;
+                    if two_tier_batch.is_none() {
+                        return Ok(self.remember(
+                            &mut limiters,
+                            rate,
+                            quota,
+                            Engine::Policy(limiter),
+                        ));
+                    }
+                    Arc::new(limiter)
+                };
+                let batch = two_tier_batch.unwrap_or(1);
+                Engine::TwoTier(
+                    TwoTierLimiter::builder(shared, batch)
+                        .build()
+                        .map_err(|e| format!("two-tier batch: {e}"))?,
+                )
             }
         };
+        Ok(self.remember(&mut limiters, rate, quota, engine))
+    }
+
+    /// Keeps the limiter built for `rate`.
+    fn remember(
+        &self,
+        limiters: &mut HashMap<Rate, Limiter>,
+        rate: &Rate,
+        quota: Quota,
+        engine: Engine,
+    ) -> Limiter {
         let limiter = Limiter(Arc::new(LimiterInner {
             id: limiters.len(),
             burst: quota.burst(),
@@ -326,7 +371,7 @@ impl Backend {
             engine,
         }));
         limiters.insert(*rate, limiter.clone());
-        Ok(limiter)
+        limiter
     }
 
     /// Decides a request's descriptors (see [`plan`]); one verdict per check.
@@ -462,18 +507,14 @@ async fn spend_shared(check: &Check<'_>, cost: u64) -> Result<Verdict, BackendEr
         return Ok(never(limiter));
     };
     let decided = match &limiter.engine {
-        Engine::Memory(keyed) => keyed.check_key_n(check.key, cost),
-        Engine::Raw(redis) => redis
-            .store()
-            .check(check.key, redis.redis_quota(), cost)
-            .await
-            .map(|answer| answer.decision),
+        Engine::Memory(keyed) => keyed.check_key_n(check.key, cost).map_err(CheckError::Gcra),
+        Engine::Raw(raw) => raw.decide(check.key, cost).await,
         Engine::Policy(redis) => redis.check_key_n(check.key, cost).await,
-        Engine::TwoTier(two_tier) => two_tier.check(check.key, cost).await,
+        Engine::TwoTier(two_tier) => two_tier.check_key_n(check.key, cost).await,
     };
     match decided {
         Ok(d) => Ok(verdict(limiter, &d)),
-        Err(GcraError::InsufficientCapacity { .. }) => Ok(never(limiter)),
+        Err(CheckError::Gcra(GcraError::InsufficientCapacity { .. })) => Ok(never(limiter)),
         Err(e) => Err(e.into()),
     }
 }

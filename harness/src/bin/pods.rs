@@ -24,9 +24,10 @@ use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
-use flowguard::gcra::redis::{RedisRateLimiter, RedisStore};
-use flowguard::gcra::two_tier::{TwoTierConfig, TwoTierLimiter};
-use flowguard::gcra::{Quota, RateLimitStore};
+use flowguard::gcra::redis::RedisStore;
+use flowguard::gcra::remote::RemoteRateLimiter;
+use flowguard::gcra::two_tier::TwoTierLimiter;
+use flowguard::gcra::{KeyedLimit, Quota};
 use hdrhistogram::Histogram;
 
 struct Args {
@@ -135,7 +136,7 @@ impl Tally {
 }
 
 /// Drives `limiter` until `until`; a decision that is ready on its first poll never waited on Redis.
-async fn caller(limiter: Arc<dyn RateLimitStore>, key: Vec<u8>, until: Instant) -> Tally {
+async fn caller(limiter: Arc<dyn KeyedLimit>, key: Vec<u8>, until: Instant) -> Tally {
     let mut tally = Tally::new();
     while Instant::now() < until {
         let start = Instant::now();
@@ -186,16 +187,16 @@ async fn script_runs(url: &str) -> Option<u64> {
 
 async fn run(a: Args) -> Result<(), Box<dyn std::error::Error>> {
     let quota = Quota::per_second(a.rate)?.with_burst(a.burst)?;
-    let mut pods: Vec<Arc<dyn RateLimitStore>> = Vec::new();
+    let mut pods: Vec<Arc<dyn KeyedLimit>> = Vec::new();
     for _ in 0..a.pods {
-        let store = RedisStore::standalone(&a.redis)
+        let store = RedisStore::builder(&a.redis)
             .prefix(&a.prefix)
             .timeout(a.timeout)
             .connect()
             .await?;
-        let limiter = RedisRateLimiter::new(store, quota)?;
+        let limiter = RemoteRateLimiter::builder(store, quota).build()?;
         pods.push(if a.two_tier {
-            Arc::new(TwoTierLimiter::new(limiter, TwoTierConfig::new(a.batch))?)
+            Arc::new(TwoTierLimiter::builder(limiter, a.batch).build()?)
         } else {
             Arc::new(limiter)
         });

@@ -1,5 +1,5 @@
 //! Load generator for the Redis store: `--tasks` tasks check random keys as fast as they can for
-//! `--seconds`, through one `RedisRateLimiter` (one multiplexed connection, or the cluster client).
+//! `--seconds`, through one `RemoteRateLimiter<RedisStore>` (one multiplexed connection, or the cluster client).
 //!
 //! ```text
 //! cargo run --release -p flowguard-harness --bin redis_load -- \
@@ -15,7 +15,8 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use flowguard::gcra::Quota;
-use flowguard::gcra::redis::{RedisRateLimiter, RedisStore};
+use flowguard::gcra::redis::RedisStore;
+use flowguard::gcra::remote::RemoteRateLimiter;
 use hdrhistogram::Histogram;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
@@ -128,12 +129,12 @@ fn main() -> ExitCode {
 
 async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     let builder = match &args.cluster {
-        Some(urls) => RedisStore::cluster(urls.clone()),
-        None => RedisStore::standalone(args.redis.clone()),
+        Some(urls) => RedisStore::cluster_builder(urls.clone()),
+        None => RedisStore::builder(args.redis.clone()),
     };
     let store = builder.prefix(&args.prefix).connect().await?;
     let quota = Quota::per_second(args.rate)?.with_burst(args.burst)?;
-    let limiter = RedisRateLimiter::new(store, quota)?;
+    let limiter = RemoteRateLimiter::builder(store, quota).build()?;
     let run_for = Duration::from_secs_f64(args.seconds);
     let started = Instant::now();
     let mut tasks = Vec::with_capacity(args.tasks);

@@ -1,27 +1,27 @@
-//! [`RateLimitLayer`]: holds the store and the key extractor; wraps services in [`RateLimitService`].
+//! [`QuotaLayer`]: holds the store and the key extractor; wraps services in [`QuotaService`].
 
 use std::sync::Arc;
 
 use tower::Layer;
 
-use super::service::RateLimitService;
-use crate::gcra::RateLimitStore;
+use super::service::QuotaService;
+use crate::gcra::KeyedLimit;
 use crate::headers::{HeaderStyle, PolicyName, QuotaPolicy};
 
 /// Applies a keyed quota to inbound `http` requests. See the [module docs](super) for an example.
-pub struct RateLimitLayer<St: ?Sized, K> {
+pub struct QuotaLayer<St: ?Sized, K> {
     store: Arc<St>,
     key: K,
     policy: Arc<QuotaPolicy>,
     style: HeaderStyle,
 }
 
-impl<St: RateLimitStore + ?Sized, K> RateLimitLayer<St, K> {
+impl<St: KeyedLimit + ?Sized, K> QuotaLayer<St, K> {
     /// Limits requests by `key` (see [`KeyExtractor`](super::KeyExtractor)) against `store`,
     /// advertising the store's quota as the policy `"default"` in the IETF fields.
     pub fn new(store: Arc<St>, key: K) -> Self {
         let policy = Arc::new(store.quota().rate_limit_policy(PolicyName::default()));
-        RateLimitLayer {
+        QuotaLayer {
             store,
             key,
             policy,
@@ -44,11 +44,11 @@ impl<St: RateLimitStore + ?Sized, K> RateLimitLayer<St, K> {
     }
 }
 
-impl<S, St: ?Sized, K: Clone> Layer<S> for RateLimitLayer<St, K> {
-    type Service = RateLimitService<S, St, K>;
+impl<S, St: ?Sized, K: Clone> Layer<S> for QuotaLayer<St, K> {
+    type Service = QuotaService<S, St, K>;
 
     fn layer(&self, inner: S) -> Self::Service {
-        RateLimitService::new(
+        QuotaService::new(
             inner,
             self.store.clone(),
             self.key.clone(),
@@ -58,9 +58,9 @@ impl<S, St: ?Sized, K: Clone> Layer<S> for RateLimitLayer<St, K> {
     }
 }
 
-impl<St: ?Sized, K: Clone> Clone for RateLimitLayer<St, K> {
+impl<St: ?Sized, K: Clone> Clone for QuotaLayer<St, K> {
     fn clone(&self) -> Self {
-        RateLimitLayer {
+        QuotaLayer {
             store: self.store.clone(),
             key: self.key.clone(),
             policy: self.policy.clone(),

@@ -3,7 +3,7 @@
 //! `RateLimit-Policy` and `RateLimit`); allowed responses carry the rate-limit fields too.
 //!
 //! ```
-//! use flowguard::gcra::layer::RateLimitLayer;
+//! use flowguard::gcra::layer::QuotaLayer;
 //! use flowguard::gcra::{KeyedRateLimiter, Quota};
 //! use http::{Request, Response, StatusCode};
 //! use std::sync::Arc;
@@ -13,7 +13,7 @@
 //! # async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
 //! let store = Arc::new(KeyedRateLimiter::<Vec<u8>>::new(Quota::per_minute(1)?));
 //! let svc = ServiceBuilder::new()
-//!     .layer(RateLimitLayer::new(store, |req: &Request<String>| {
+//!     .layer(QuotaLayer::new(store, |req: &Request<String>| {
 //!         req.headers().get("x-api-key").map(|v| v.as_bytes().to_vec())
 //!     }))
 //!     .service_fn(|_req: Request<String>| async { Ok::<_, std::convert::Infallible>(Response::new(String::from("hi"))) });
@@ -36,5 +36,5 @@ mod layer;
 mod service;
 
 pub use key::KeyExtractor;
-pub use layer::RateLimitLayer;
-pub use service::RateLimitService;
+pub use layer::QuotaLayer;
+pub use service::QuotaService;

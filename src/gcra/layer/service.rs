@@ -1,4 +1,4 @@
-//! [`RateLimitService`]: checks each request's key, answers 429 when over quota.
+//! [`QuotaService`]: checks each request's key, answers 429 when over quota.
 
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -8,11 +8,15 @@ use std::time::Duration;
 use http::{Request, Response, StatusCode};
 use tower::Service;
 
+use std::future::Future;
+use std::pin::Pin;
+
 use super::key::KeyExtractor;
-use crate::gcra::{BoxFuture, GcraError, RateLimitStore};
+use crate::gcra::remote::StoreError;
+use crate::gcra::{CheckError, GcraError, KeyedLimit};
 use crate::headers::{HeaderStyle, QuotaPolicy, write_retry_after};
 
-/// The middleware service built by [`RateLimitLayer`](super::RateLimitLayer).
+/// The middleware service built by [`QuotaLayer`](super::QuotaLayer).
 ///
 /// * allowed: the inner service answers; the rate-limit fields are added to its response.
 /// * denied: `429 Too Many Requests` with `Retry-After` and the rate-limit fields; the inner
@@ -32,12 +36,12 @@ use crate::headers::{HeaderStyle, QuotaPolicy, write_retry_after};
 /// |---|---|---|
 /// | [`InsufficientCapacity`](GcraError::InsufficientCapacity): cost above the burst | `413 Content Too Large`, **no** `Retry-After`, the policy (`RateLimit-Policy`, whose `q` is the burst, or `X-RateLimit-Limit: <burst>`) | the request can never pass, however long the client waits. RFC 9110 §15.5.14: the request is larger than the server is willing to process, and without `Retry-After` the condition is not temporary. `429` would say "too many requests in a given amount of time" (RFC 6585) and invite a retry that cannot succeed; generic clients, flowguard's included, do not retry a `413` without `Retry-After` |
 /// | [`KeyLimitReached`](GcraError::KeyLimitReached): a full in-memory store rejecting new keys | `503 Service Unavailable`, `Retry-After: 1` | a temporary condition of the server: a new key fits as soon as any tracked key expires, which the server cannot predict |
-/// | [`StoreUnavailable`](GcraError::StoreUnavailable) (a store without a failure policy) | `503 Service Unavailable`, `Retry-After: 1` | temporary. Redis limiters answer unavailability by their [`FailurePolicy`](crate::gcra::redis::FailurePolicy) instead, as a decision (allowed, denied with `429`, or decided locally) |
+/// | [`Unavailable`](StoreError::Unavailable) (a store without a failure policy) | `503 Service Unavailable`, `Retry-After: 1` | temporary. The [remote](crate::gcra::remote) limiter answers unavailability by its [`FailurePolicy`](crate::gcra::remote::FailurePolicy) instead, as a decision (allowed, denied with `429`, or decided locally) |
 /// | anything else (a Redis key of another type, corrupt state, a refused command) | `500 Internal Server Error`, no `Retry-After` | a fault of the server's configuration that waiting does not fix |
 ///
 /// Every error is counted in `flowguard_rate_limit_errors_total{reason}`; a cost above the burst
 /// is logged at debug level (the client's mistake), the others as warnings or errors.
-pub struct RateLimitService<S, St: ?Sized, K> {
+pub struct QuotaService<S, St: ?Sized, K> {
     inner: S,
     store: Arc<St>,
     key: K,
@@ -45,7 +49,7 @@ pub struct RateLimitService<S, St: ?Sized, K> {
     style: HeaderStyle,
 }
 
-impl<S, St: ?Sized, K> RateLimitService<S, St, K> {
+impl<S, St: ?Sized, K> QuotaService<S, St, K> {
     pub(super) fn new(
         inner: S,
         store: Arc<St>,
@@ -53,7 +57,7 @@ impl<S, St: ?Sized, K> RateLimitService<S, St, K> {
         policy: Arc<QuotaPolicy>,
         style: HeaderStyle,
     ) -> Self {
-        RateLimitService {
+        QuotaService {
             inner,
             store,
             key,
@@ -63,18 +67,24 @@ impl<S, St: ?Sized, K> RateLimitService<S, St, K> {
     }
 }
 
-impl<S, St, K, B, R> Service<Request<B>> for RateLimitService<S, St, K>
+/// The response future: `Send + 'static`, boxed.
+type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
+
+// `St` needs no `'static` bound: the check's future owns what it needs, so the response future
+// holds no reference to the store. (A store type in that future, e.g. `dyn KeyedLimit + '_` with
+// its erased lifetime, kept hyper's `serve_connection` inside `tokio::spawn` from proving `Send`.)
+impl<S, St, K, B, R> Service<Request<B>> for QuotaService<S, St, K>
 where
     S: Service<Request<B>, Response = Response<R>> + Clone + Send + 'static,
     S::Future: Send,
-    St: RateLimitStore + ?Sized + 'static,
+    St: KeyedLimit + ?Sized,
     K: KeyExtractor<B>,
     B: Send + 'static,
     R: Default + Send + 'static,
 {
     type Response = Response<R>;
     type Error = S::Error;
-    type Future = BoxFuture<'static, Result<Response<R>, S::Error>>;
+    type Future = BoxFuture<Result<Response<R>, S::Error>>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         self.inner.poll_ready(cx)
@@ -87,11 +97,10 @@ where
         let Some(key) = self.key.key(&req) else {
             return Box::pin(inner.call(req));
         };
-        let cost = self.key.cost(&req);
-        let store = self.store.clone();
+        let check = self.store.check(&key, self.key.cost(&req));
         let (policy, style) = (self.policy.clone(), self.style);
         Box::pin(async move {
-            match store.check(&key, cost).await {
+            match check.await {
                 Ok(decision) if decision.allowed => {
                     let mut response = inner.call(req).await?;
                     decision.write_headers(&policy, style, response.headers_mut());
@@ -114,21 +123,25 @@ fn status<R: Default>(code: StatusCode) -> Response<R> {
     response
 }
 
-/// The answer to a request the store returned `error` for (see [`RateLimitService`]), logged and counted.
-fn refusal<R: Default>(error: &GcraError, policy: &QuotaPolicy, style: HeaderStyle) -> Response<R> {
+/// The answer to a request the store returned `error` for (see [`QuotaService`]), logged and counted.
+fn refusal<R: Default>(
+    error: &CheckError,
+    policy: &QuotaPolicy,
+    style: HeaderStyle,
+) -> Response<R> {
     let (reason, response) = match error {
-        GcraError::InsufficientCapacity { .. } => {
+        CheckError::Gcra(GcraError::InsufficientCapacity { .. }) => {
             tracing::debug!(%error, "request costs more than the burst; answering 413 (final)");
             let mut response = status(StatusCode::PAYLOAD_TOO_LARGE);
             // The policy's quota is the burst: the largest cost that can pass.
             style.write(response.headers_mut(), policy, None);
             ("insufficient_capacity", response)
         }
-        GcraError::KeyLimitReached { .. } => {
+        CheckError::Gcra(GcraError::KeyLimitReached { .. }) => {
             tracing::warn!(%error, "rate-limit store is full; answering 503");
             ("key_limit_reached", retry_soon())
         }
-        GcraError::StoreUnavailable { .. } => {
+        CheckError::Store(StoreError::Unavailable(_)) => {
             tracing::error!(%error, "rate-limit store did not answer; answering 503");
             ("store_unavailable", retry_soon())
         }
@@ -148,9 +161,9 @@ fn retry_soon<R: Default>() -> Response<R> {
     response
 }
 
-impl<S: Clone, St: ?Sized, K: Clone> Clone for RateLimitService<S, St, K> {
+impl<S: Clone, St: ?Sized, K: Clone> Clone for QuotaService<S, St, K> {
     fn clone(&self) -> Self {
-        RateLimitService {
+        QuotaService {
             inner: self.inner.clone(),
             store: self.store.clone(),
             key: self.key.clone(),

@@ -24,10 +24,11 @@ use parking_lot::RwLock;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
-use super::circuit::Circuit;
-use super::error::RedisStoreError;
+use super::error::ConnectError;
+use super::groups::Groups;
 use super::rebuild::{MapAnswer, NodeAnswer, RebuildSchedule, Verdict, verdict};
 use super::slot::{Node, SlotMap, slot};
+use crate::gcra::ConfigError;
 
 /// At most this many nodes are asked for the slot map at once during a check.
 const MAP_SOURCES: usize = 4;
@@ -81,7 +82,7 @@ impl Connection {
     pub(crate) async fn open(
         target: &Target,
         timeouts: Timeouts,
-    ) -> Result<Connection, RedisStoreError> {
+    ) -> Result<Connection, ConnectError> {
         let seeds = seeds(target)?;
         let cluster = matches!(target, Target::Cluster(_));
         let connecting = async {
@@ -93,12 +94,12 @@ impl Connection {
                 Live::Cluster(c) => read_map(c, &seeds[0]).await,
                 Live::Standalone(_) => None,
             };
-            Ok::<_, RedisStoreError>((live, map))
+            Ok::<_, ConnectError>((live, map))
         };
         let (live, map) = match tokio::time::timeout(timeouts.connect, connecting).await {
             Ok(result) => result?,
             Err(_) => {
-                return Err(RedisStoreError::Connect {
+                return Err(ConnectError::Unreachable {
                     reason: format!("no connection within {:?}", timeouts.connect),
                 });
             }
@@ -111,7 +112,7 @@ impl Connection {
     pub(crate) fn open_lazy(
         target: &Target,
         timeouts: Timeouts,
-    ) -> Result<Connection, RedisStoreError> {
+    ) -> Result<Connection, ConnectError> {
         let seeds = seeds(target)?;
         let live = match target {
             Target::Standalone(_) => {
@@ -184,17 +185,17 @@ impl Connection {
 
     /// A call for `key` (a store key) failed again after a failure: unless a check is running or
     /// the wait after the last one lasts, checks in the background whether the connection is what
-    /// fails, and if so replaces it and lets `circuit` probe at once.
-    pub(crate) fn check_after_failure(&self, circuit: &Arc<Circuit>, key: &[u8]) {
+    /// fails, and if so replaces it and lets the circuit of `groups` probe at once.
+    pub(crate) fn check_after_failure(&self, groups: &Arc<Groups>, key: &[u8]) {
         let shared = &self.shared;
         if !shared.schedule.try_start(shared.now()) {
             return;
         }
-        let (shared, circuit, key) = (shared.clone(), circuit.clone(), key.to_vec());
+        let (shared, groups, key) = (shared.clone(), groups.clone(), key.to_vec());
         tokio::spawn(async move {
             let (verdict, fresh) = shared.check(&key).await;
             if verdict == Verdict::Rebuild {
-                shared.rebuild(&circuit, fresh).await;
+                shared.rebuild(&groups, fresh).await;
             }
             shared.schedule.finished(shared.now());
         });
@@ -212,18 +213,18 @@ impl Connection {
     }
 
     /// Reads the slot map in the background (unless a check runs or is due later) and groups
-    /// `circuit` by it.
-    pub(crate) fn read_map_soon(&self, circuit: &Arc<Circuit>) {
+    /// `groups` by it.
+    pub(crate) fn read_map_soon(&self, groups: &Arc<Groups>) {
         if !self.shared.schedule.try_start(self.shared.now()) {
             return;
         }
-        let (shared, circuit) = (self.shared.clone(), circuit.clone());
+        let (shared, groups) = (self.shared.clone(), groups.clone());
         tokio::spawn(async move {
             let live = shared.live.read().clone();
             if let Live::Cluster(c) = live
                 && let Some(map) = read_map(&c, &shared.seeds[0]).await
             {
-                shared.install_map(&circuit, map);
+                shared.install_map(&groups, map);
             }
             shared.schedule.finished(shared.now());
         });
@@ -235,8 +236,8 @@ impl Shared {
         u64::try_from(self.origin.elapsed().as_nanos()).unwrap_or(u64::MAX)
     }
 
-    fn install_map(&self, circuit: &Circuit, map: SlotMap) {
-        circuit.regroup(&map);
+    fn install_map(&self, groups: &Groups, map: SlotMap) {
+        groups.regroup(&map);
         *self.map.write() = Some(Arc::new(map));
         self.mapped.store(true, Ordering::Relaxed);
     }
@@ -319,7 +320,7 @@ impl Shared {
 
     /// Builds a new client (from the nodes of `fresh`, if given) and puts it in place of the live
     /// one; the old one ends when its last call does.
-    async fn rebuild(&self, circuit: &Circuit, fresh: Option<SlotMap>) {
+    async fn rebuild(&self, groups: &Groups, fresh: Option<SlotMap>) {
         let nodes = match &fresh {
             Some(map) => map.nodes().iter().map(|n| at(&self.seeds[0], n)).collect(),
             None => self.seeds.clone(),
@@ -337,9 +338,9 @@ impl Shared {
             Ok(Ok((live, map))) => {
                 *self.live.write() = live;
                 if let Some(map) = map {
-                    self.install_map(circuit, map);
+                    self.install_map(groups, map);
                 }
-                circuit.probe_now();
+                groups.circuit().probe_now();
                 tracing::info!(
                     topology = if self.cluster {
                         "cluster"
@@ -356,16 +357,16 @@ impl Shared {
 }
 
 /// The configured URLs, validated and parsed.
-fn seeds(target: &Target) -> Result<Vec<ConnectionInfo>, RedisStoreError> {
+fn seeds(target: &Target) -> Result<Vec<ConnectionInfo>, ConfigError> {
     let urls = match target {
         Target::Standalone(url) => std::slice::from_ref(url),
-        Target::Cluster(urls) if urls.is_empty() => return Err(RedisStoreError::NoClusterNodes),
+        Target::Cluster(urls) if urls.is_empty() => return Err(ConfigError::NoClusterNodes),
         Target::Cluster(urls) => urls.as_slice(),
     };
     urls.iter()
         .map(|url| {
             if url.starts_with("rediss://") && !cfg!(feature = "redis-tls") {
-                return Err(RedisStoreError::TlsNotEnabled);
+                return Err(ConfigError::TlsNotEnabled);
             }
             url.as_str().into_connection_info().map_err(invalid_url)
         })
@@ -516,41 +517,39 @@ async fn fetch_map(sources: Vec<ConnectionInfo>, timeouts: Timeouts) -> Option<S
 /// A server that requires a password accepts the connection of a client that sends none and
 /// answers `NOAUTH` to every command: find out now, not at the first check. A restricted ACL user
 /// may lack `PING` (`NOPERM`), which proves it is authenticated.
-async fn verify_auth(live: &Live) -> Result<(), RedisStoreError> {
+async fn verify_auth(live: &Live) -> Result<(), ConnectError> {
     let ping = ::redis::cmd("PING");
     let answer: RedisResult<()> = match live.clone() {
         Live::Standalone(mut c) => ping.query_async(&mut c).await,
         Live::Cluster(mut c) => ping.query_async(&mut c).await,
     };
     match answer {
-        Err(e) if is_auth_error(&e) => Err(RedisStoreError::AuthFailed {
+        Err(e) if is_auth_error(&e) => Err(ConnectError::AuthFailed {
             reason: e.to_string(),
         }),
         Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoPerm) => Ok(()),
-        Err(e) => Err(RedisStoreError::Connect {
+        Err(e) => Err(ConnectError::Unreachable {
             reason: e.to_string(),
         }),
         Ok(()) => Ok(()),
     }
 }
 
-fn invalid_url(e: RedisError) -> RedisStoreError {
-    RedisStoreError::InvalidUrl {
+fn invalid_url(e: RedisError) -> ConfigError {
+    ConfigError::InvalidUrl {
         reason: e.to_string(),
     }
 }
 
-fn connect_error(e: RedisError) -> RedisStoreError {
+fn connect_error(e: RedisError) -> ConnectError {
     if is_auth_error(&e) {
-        RedisStoreError::AuthFailed {
+        ConnectError::AuthFailed {
             reason: e.to_string(),
         }
     } else if e.kind() == ErrorKind::InvalidClientConfig {
-        RedisStoreError::InvalidUrl {
-            reason: e.to_string(),
-        }
+        ConnectError::Config(invalid_url(e))
     } else {
-        RedisStoreError::Connect {
+        ConnectError::Unreachable {
             reason: e.to_string(),
         }
     }

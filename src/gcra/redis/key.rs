@@ -14,7 +14,7 @@
 //!   (`"rl:{api}:"`); a prefix with a `{` that is not closed within the prefix is rejected, since the
 //!   tag would then end inside user data.
 
-use super::error::RedisStoreError;
+use crate::gcra::ConfigError;
 
 /// User keys longer than this many bytes are replaced by their SHA-1 digest (40 hex characters).
 pub const MAX_KEY_LEN: usize = 128;
@@ -32,9 +32,9 @@ pub(crate) struct KeySpace {
 }
 
 impl KeySpace {
-    pub(crate) fn new(prefix: Vec<u8>) -> Result<KeySpace, RedisStoreError> {
+    pub(crate) fn new(prefix: Vec<u8>) -> Result<KeySpace, ConfigError> {
         if prefix.len() > MAX_PREFIX_LEN {
-            return Err(RedisStoreError::InvalidPrefix {
+            return Err(ConfigError::InvalidPrefix {
                 reason: format!(
                     "{} bytes is longer than the maximum of {MAX_PREFIX_LEN}",
                     prefix.len()
@@ -44,7 +44,7 @@ impl KeySpace {
         if let Some(open) = prefix.iter().position(|&b| b == b'{') {
             match prefix[open + 1..].iter().position(|&b| b == b'}') {
                 Some(0) => {
-                    return Err(RedisStoreError::InvalidPrefix {
+                    return Err(ConfigError::InvalidPrefix {
                         reason:
                             "it contains an empty hash tag `{}`: remove it or put a name inside"
                                 .into(),
@@ -52,7 +52,7 @@ impl KeySpace {
                 }
                 Some(_) => {}
                 None => {
-                    return Err(RedisStoreError::InvalidPrefix {
+                    return Err(ConfigError::InvalidPrefix {
                         reason: "it opens a Redis Cluster hash tag `{` without closing it: the tag would end \
                                  inside user keys; close it (`{name}`) or remove the brace"
                             .into(),

@@ -1,4 +1,6 @@
 //! The Redis store: one GCRA quota per key shared by every instance, through Redis or Redis Cluster.
+//! Only the Redis I/O lives here (connection, script, keys, slots); the limiter over it, with its
+//! failure policy, is the [remote](crate::gcra::remote) one.
 //!
 //! Feature `redis` (and `redis-tls` for `rediss://`). One O(1) Lua script per decision
 //! (`gcra.lua`): one key per identity, one string value (the TAT in decimal microseconds), a `PX`
@@ -15,25 +17,42 @@
 //! burst window beyond [`MAX_REDIS_WINDOW`] (about 71 years) is refused.
 //!
 //! **Foreign values.** A value the script never writes (exponents, `inf`, hex, signs, spaces, an
-//! integer of 2^53 or more, …) is [`GcraError::CorruptState`](crate::gcra::GcraError::CorruptState)
+//! integer of 2^53 or more, …) is [`StoreError::CorruptState`](crate::gcra::remote::StoreError::CorruptState)
 //! and is left alone: delete the key (it is then idle) or give the limiter its own prefix. A TAT
 //! beyond `now + B*T` (written under a quota with a longer window, by a server clock that was
 //! ahead before a failover, or by hand) is read as `now + B*T`, a fully spent key, and stored as
 //! such by the next spend: no value locks a key out for longer than one window. A fraction over
 //! another denominator (the quota changed) is rounded up to the next microsecond.
 //!
-//! * [`RedisStore`]: the connection (standalone or cluster), key prefix, timeout, failure policy,
-//!   time source; [`RedisStore::check`] is the raw call.
-//! * [`RedisRateLimiter`]: a quota over a store, applying the [`FailurePolicy`].
-//! * [`RedisQuota`]: a quota validated for the store's resolution and range.
+//! * [`RedisStore`]: the connection (standalone or cluster), key prefix, timeout, probe interval,
+//!   time source; a [`RemoteStore`](crate::gcra::remote::RemoteStore), whose
+//!   [`decide`](crate::gcra::remote::RemoteStore::decide) is the raw call and
+//!   [`rule`](crate::gcra::remote::RemoteStore::rule) the quota at the store's resolution.
+//! * [`RemoteRateLimiter`](crate::gcra::remote::RemoteRateLimiter): a quota over a store,
+//!   applying the [`FailurePolicy`](crate::gcra::remote::FailurePolicy).
 //! * Keys: see [`key`] for prefixing, length bounds and Redis Cluster hash tags.
 //!
+//! ```no_run
+//! use flowguard::gcra::redis::RedisStore;
+//! use flowguard::gcra::remote::{FailurePolicy, RemoteRateLimiter};
+//! use flowguard::gcra::Quota;
+//!
+//! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+//! let store = RedisStore::builder("redis://127.0.0.1:6379").connect().await?;
+//! let limiter = RemoteRateLimiter::builder(store, Quota::per_second(10)?)
+//!     .failure_policy(FailurePolicy::FailClosed)
+//!     .build()?;
+//! assert!(limiter.check_key(b"tenant-7").await?.allowed);
+//! # Ok(()) }
+//! ```
+//!
 //! Every call is bounded by the store's timeout ([`DEFAULT_TIMEOUT`], 50 ms). Degraded decisions
-//! (Redis slow, down, failing over) are counted in the [`DEGRADED_METRIC`] counter
+//! (Redis slow, down, failing over) are counted in the
+//! [`DEGRADED_METRIC`](crate::gcra::remote::DEGRADED_METRIC) counter
 //! (`flowguard_redis_degraded_total{policy,topology}`) and logged with `tracing::warn!` at most once
-//! per second per store. After a failure the store is skipped (policy answers at once) and probed
-//! every [`DEFAULT_PROBE_INTERVAL`]; the first answer ends the degradation.
-//! [`RedisStoreBuilder::connect_lazy`] lets a service start while Redis is down.
+//! per second per limiter. After a failure the store (a cluster's failed master) is skipped (the
+//! policy answers at once) and probed every [`DEFAULT_PROBE_INTERVAL`]; the first answer ends the
+//! degradation. [`RedisStoreBuilder::connect_lazy`] lets a service start while Redis is down.
 //!
 //! # Redis Cluster: failover and isolation
 //!
@@ -72,27 +91,21 @@
 //! script) and the prefix's keys, e.g.
 //! `ACL SETUSER limiter on >secret resetkeys ~flowguard:* resetchannels -@all +evalsha +eval +get +set +time`.
 
-mod circuit;
 mod connection;
 mod error;
+mod groups;
 pub mod key;
-mod limiter;
-mod outage_log;
-mod policy;
 mod quota;
 mod rebuild;
 mod script;
 mod slot;
 mod store;
 
-pub use error::RedisStoreError;
+pub use error::ConnectError;
 pub use key::{DEFAULT_PREFIX, MAX_KEY_LEN, MAX_PREFIX_LEN};
-pub use limiter::{RedisRateLimiter, RedisRateLimiterBuilder};
-pub use outage_log::DEGRADED_METRIC;
-pub use policy::{FailurePolicy, LocalShare};
-pub use quota::{MAX_REDIS_WINDOW, RESOLUTION, RedisQuota};
+pub use quota::{MAX_REDIS_WINDOW, RESOLUTION};
 pub use store::{
     DEFAULT_CONNECT_TIMEOUT, DEFAULT_EXPLICIT_TTL_SLACK, DEFAULT_NODE_CONNECT_TIMEOUT,
     DEFAULT_PROBE_INTERVAL, DEFAULT_TIMEOUT, FLOWGUARD_EPOCH_UNIX_SECS, RedisStore,
-    RedisStoreBuilder, StoreDecision,
+    RedisStoreBuilder,
 };

@@ -8,7 +8,8 @@
 use std::sync::LazyLock;
 
 use crate::gcra::algorithm::unpack;
-use crate::gcra::{Decision, Gcra, GcraError, Ticks};
+use crate::gcra::remote::{Rejection, StoreError};
+use crate::gcra::{CheckError, Decision, Gcra, GcraError, Ticks};
 
 /// The script's source.
 pub(crate) const SOURCE: &str = include_str!("gcra.lua");
@@ -98,12 +99,11 @@ pub(crate) fn parse_reply(
     gcra: &Gcra,
     cost: u32,
     key: &[u8],
-) -> Result<(Decision, u64), GcraError> {
-    let malformed = || GcraError::StoreRejected {
-        reason: format!(
-            "the GCRA script returned {reply:?}, not {{0, allowed, tat, tat_frac, now}}, {{1}} or {{2}}: \
-             is the server a Redis-compatible store with Lua scripting?"
-        ),
+) -> Result<(Decision, u64), CheckError> {
+    let malformed = || {
+        CheckError::Store(StoreError::Rejected(Rejection::UnexpectedReply {
+            answer: format!("{reply:?}"),
+        }))
     };
     match *reply {
         [status::DECIDED, allowed @ (0 | 1), whole, frac, now] => {
@@ -119,16 +119,12 @@ pub(crate) fn parse_reply(
             }
             Ok((step.decision, now))
         }
-        [status::CORRUPT_STATE] => Err(GcraError::CorruptState {
+        [status::CORRUPT_STATE] => Err(CheckError::Store(StoreError::CorruptState {
             key: String::from_utf8_lossy(key).into_owned(),
-        }),
-        [status::INVALID_ARGUMENTS] => Err(GcraError::StoreRejected {
-            reason: format!(
-                "the GCRA script rejected the arguments of {}: every argument must be a decimal \
-                 integer below 2^53 (is the explicit clock or the explicit-time TTL slack beyond 2^52?)",
-                String::from_utf8_lossy(key)
-            ),
-        }),
+        })),
+        [status::INVALID_ARGUMENTS] => Err(CheckError::Store(StoreError::Rejected(
+            Rejection::InvalidArguments,
+        ))),
         _ => Err(malformed()),
     }
 }
@@ -170,12 +166,16 @@ mod tests {
         let g = micros(Quota::per_second(10).unwrap());
         assert_eq!(
             parse_reply(&[1], &g, 1, b"p:=k"),
-            Err(GcraError::CorruptState { key: "p:=k".into() })
+            Err(CheckError::Store(StoreError::CorruptState {
+                key: "p:=k".into()
+            }))
         );
-        assert!(matches!(
+        assert_eq!(
             parse_reply(&[2], &g, 1, b"k"),
-            Err(GcraError::StoreRejected { .. })
-        ));
+            Err(CheckError::Store(StoreError::Rejected(
+                Rejection::InvalidArguments
+            )))
+        );
         for bad in [
             &[1, 2, 3][..],
             &[0, 1, -1, 0, 5],
@@ -188,7 +188,9 @@ mod tests {
             assert!(
                 matches!(
                     parse_reply(bad, &g, 1, b"k"),
-                    Err(GcraError::StoreRejected { .. })
+                    Err(CheckError::Store(StoreError::Rejected(
+                        Rejection::UnexpectedReply { .. }
+                    )))
                 ),
                 "{bad:?}"
             );

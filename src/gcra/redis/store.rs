@@ -5,15 +5,17 @@ use std::time::Duration;
 
 use ::redis::{ErrorKind, RedisError, ServerErrorKind};
 
-use super::circuit::{Circuit, Gate};
 use super::connection::{Connection, Target, Timeouts, is_auth_error};
-use super::error::RedisStoreError;
+use super::error::ConnectError;
+use super::groups::Groups;
 use super::key::{DEFAULT_PREFIX, KeySpace};
-use super::outage_log::OutageLog;
-use super::policy::FailurePolicy;
-use super::quota::RedisQuota;
+
 use super::script::{Call, parse_reply};
-use crate::gcra::{Clock, Decision, GcraError, MonotonicClock};
+use crate::clock::Clock;
+use crate::gcra::remote::{
+    Circuit, Rejection, RemoteStore, StoreDecision, StoreError, Unavailable,
+};
+use crate::gcra::{CheckError, ConfigError, Gcra, Quota};
 
 /// Default per-call timeout: 50 ms.
 ///
@@ -62,8 +64,8 @@ enum TimeMode {
 /// A store of GCRA states in Redis: one string key per limited identity, decided by one O(1) Lua
 /// script per call. Cheap to clone (clones share the connection).
 ///
-/// * Standalone: [`RedisStore::standalone`] (an auto-reconnecting multiplexed connection).
-///   Redis Cluster: [`RedisStore::cluster`]. AUTH and ACL users come from the URL
+/// * Standalone: [`RedisStore::builder`] (an auto-reconnecting multiplexed connection).
+///   Redis Cluster: [`RedisStore::cluster_builder`]. AUTH and ACL users come from the URL
 ///   (`redis://user:password@host:6379`); `rediss://` needs the `redis-tls` feature.
 /// * Time comes from the Redis server's `TIME` by default, so every instance decides against one
 ///   clock whatever its own clock's skew. [`explicit_time`](RedisStoreBuilder::explicit_time) passes
@@ -72,21 +74,24 @@ enum TimeMode {
 ///   so is every step inside the Redis client; a connection that keeps failing while Redis
 ///   answers is rebuilt (see [the module docs](super#redis-cluster-failover-and-isolation)).
 ///
-/// [`RedisStore::check`] is the raw call (it reports an unavailable store as
-/// [`GcraError::StoreUnavailable`]); [`RedisRateLimiter`](super::RedisRateLimiter) adds a quota and
-/// the [`FailurePolicy`].
+/// The store is a [`RemoteStore`]: [`RemoteStore::decide`] is the raw call (it reports an
+/// unavailable store as [`StoreError::Unavailable`]); a
+/// [`RemoteRateLimiter`](crate::gcra::remote::RemoteRateLimiter) over it adds a quota and a
+/// [`FailurePolicy`](crate::gcra::remote::FailurePolicy).
 ///
 /// ```no_run
 /// use flowguard::gcra::Quota;
-/// use flowguard::gcra::redis::{FailurePolicy, RedisRateLimiter, RedisStore};
+/// use flowguard::gcra::redis::RedisStore;
+/// use flowguard::gcra::remote::{FailurePolicy, RemoteRateLimiter};
 ///
 /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
-/// let store = RedisStore::standalone("redis://127.0.0.1:6379")
+/// let store = RedisStore::builder("redis://127.0.0.1:6379")
 ///     .prefix("api:")
-///     .failure_policy(FailurePolicy::local_instances(4))
 ///     .connect()
 ///     .await?;
-/// let limiter = RedisRateLimiter::new(store, Quota::per_second(100)?)?;
+/// let limiter = RemoteRateLimiter::builder(store, Quota::per_second(100)?)
+///     .failure_policy(FailurePolicy::local_instances(4))
+///     .build()?;
 /// let decision = limiter.check_key(b"client-42").await?;
 /// if !decision.allowed {
 ///     println!("429, Retry-After: {:?}", decision.retry_after_secs());
@@ -102,24 +107,13 @@ struct Inner {
     conn: Connection,
     keys: KeySpace,
     timeout: Duration,
-    policy: FailurePolicy,
     time: TimeMode,
-    circuit: Arc<Circuit>,
-    log: OutageLog,
+    groups: Arc<Groups>,
 }
 
-/// What [`RedisStore::check`] returns: the decision, and the time the script decided at.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct StoreDecision {
-    /// The decision, never degraded.
-    pub decision: Decision,
-    /// When the script decided: since [`FLOWGUARD_EPOCH_UNIX_SECS`] by the server's clock, or
-    /// the explicit clock's reading in explicit-time mode.
-    pub at: Duration,
-}
-
-/// Configures and connects a [`RedisStore`].
+/// Configures and connects a [`RedisStore`]: [`RedisStore::builder`] (one server) or
+/// [`RedisStore::cluster_builder`] (a Redis Cluster), then [`connect`](Self::connect).
+#[must_use = "a builder does nothing until `connect` is called"]
 #[derive(Clone)]
 pub struct RedisStoreBuilder {
     target: Target,
@@ -128,7 +122,6 @@ pub struct RedisStoreBuilder {
     connect_timeout: Duration,
     node_connect_timeout: Duration,
     probe_interval: Duration,
-    policy: FailurePolicy,
     time: TimeMode,
 }
 
@@ -141,7 +134,6 @@ impl RedisStoreBuilder {
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             node_connect_timeout: DEFAULT_NODE_CONNECT_TIMEOUT,
             probe_interval: DEFAULT_PROBE_INTERVAL,
-            policy: FailurePolicy::default(),
             time: TimeMode::Server,
         }
     }
@@ -179,15 +171,10 @@ impl RedisStoreBuilder {
         self
     }
 
-    /// How often a failed store is probed (default [`DEFAULT_PROBE_INTERVAL`]).
+    /// How often a failed store (a failed master of a cluster) is probed (default
+    /// [`DEFAULT_PROBE_INTERVAL`]): the store's [`Circuit`].
     pub fn probe_interval(mut self, interval: Duration) -> Self {
         self.probe_interval = interval;
-        self
-    }
-
-    /// What limiters over this store answer when it does not (default [`FailurePolicy::FailOpen`]).
-    pub fn failure_policy(mut self, policy: FailurePolicy) -> Self {
-        self.policy = policy;
         self
     }
 
@@ -220,9 +207,10 @@ impl RedisStoreBuilder {
         self
     }
 
-    /// Validates the configuration and connects. Fails with a typed error on a bad URL, refused
-    /// credentials ([`RedisStoreError::AuthFailed`]), or an unreachable server.
-    pub async fn connect(self) -> Result<RedisStore, RedisStoreError> {
+    /// Validates the configuration and connects. Fails with a typed error on a bad configuration
+    /// ([`ConnectError::Config`]), refused credentials ([`ConnectError::AuthFailed`]), or an
+    /// unreachable server.
+    pub async fn connect(self) -> Result<RedisStore, ConnectError> {
         let keys = self.validate()?;
         let conn = Connection::open(&self.target, self.timeouts()).await?;
         Ok(self.with_connection(keys, conn))
@@ -231,25 +219,24 @@ impl RedisStoreBuilder {
     /// Validates the configuration and returns at once; the connection is established in the
     /// background on first use. Until Redis answers, checks are decided by the failure policy,
     /// so a service can start while Redis is down. An unreachable server or refused credentials
-    /// show up in the first checks (degraded, or [`GcraError::StoreRejected`]), not here.
-    pub async fn connect_lazy(self) -> Result<RedisStore, RedisStoreError> {
+    /// show up in the first checks (degraded, or [`StoreError::Rejected`]), not here.
+    pub async fn connect_lazy(self) -> Result<RedisStore, ConnectError> {
         let keys = self.validate()?;
         let conn = Connection::open_lazy(&self.target, self.timeouts())?;
         let store = self.with_connection(keys, conn);
         // A lazy cluster store groups its circuits by master once it can read the slot map.
-        store.inner.conn.read_map_soon(&store.inner.circuit);
+        store.inner.conn.read_map_soon(&store.inner.groups);
         Ok(store)
     }
 
-    fn validate(&self) -> Result<KeySpace, RedisStoreError> {
+    fn validate(&self) -> Result<KeySpace, ConfigError> {
         if self.timeout.is_zero()
             || self.connect_timeout.is_zero()
             || self.node_connect_timeout.is_zero()
             || self.probe_interval.is_zero()
         {
-            return Err(RedisStoreError::ZeroTimeout);
+            return Err(ConfigError::ZeroTimeout);
         }
-        self.policy.validate()?;
         KeySpace::new(self.prefix.clone())
     }
 
@@ -262,25 +249,22 @@ impl RedisStoreBuilder {
     }
 
     fn with_connection(self, keys: KeySpace, conn: Connection) -> RedisStore {
-        let log = OutageLog::new(conn.topology());
-        let circuit = if conn.is_cluster() {
-            let circuit = Circuit::per_master(self.probe_interval);
+        let groups = if conn.is_cluster() {
+            let groups = Groups::per_master(self.probe_interval);
             if let Some(map) = conn.slot_map() {
-                circuit.regroup(&map);
+                groups.regroup(&map);
             }
-            circuit
+            groups
         } else {
-            Circuit::single(self.probe_interval)
+            Groups::single(self.probe_interval)
         };
         RedisStore {
             inner: Arc::new(Inner {
                 conn,
                 keys,
                 timeout: self.timeout,
-                policy: self.policy,
                 time: self.time,
-                circuit: Arc::new(circuit),
-                log,
+                groups: Arc::new(groups),
             }),
         }
     }
@@ -288,13 +272,13 @@ impl RedisStoreBuilder {
 
 impl RedisStore {
     /// Starts configuring a store on one Redis server, e.g. `redis://user:pass@127.0.0.1:6379/0`.
-    pub fn standalone(url: impl Into<String>) -> RedisStoreBuilder {
+    pub fn builder(url: impl Into<String>) -> RedisStoreBuilder {
         RedisStoreBuilder::new(Target::Standalone(url.into()))
     }
 
     /// Starts configuring a store on a Redis Cluster, given the URLs of one or more of its nodes
     /// (the rest are discovered).
-    pub fn cluster<I, S>(urls: I) -> RedisStoreBuilder
+    pub fn cluster_builder<I, S>(urls: I) -> RedisStoreBuilder
     where
         I: IntoIterator<Item = S>,
         S: Into<String>,
@@ -302,57 +286,17 @@ impl RedisStore {
         RedisStoreBuilder::new(Target::Cluster(urls.into_iter().map(Into::into).collect()))
     }
 
-    /// Connects to one Redis server with the default configuration.
-    pub async fn connect(url: &str) -> Result<RedisStore, RedisStoreError> {
-        RedisStore::standalone(url).connect().await
-    }
-
-    /// Decides `cost` tokens for `key` under `quota` in Redis, without a failure policy.
-    ///
-    /// `cost > burst` is [`GcraError::InsufficientCapacity`] without a round trip. A timeout, a
-    /// connection failure, or a store that failed within the last probe interval is
-    /// [`GcraError::StoreUnavailable`]; a key of another type is [`GcraError::WrongType`], a string
-    /// that is not a GCRA state [`GcraError::CorruptState`] (see the [module](super) on foreign
-    /// values), a refused command (e.g. ACL) [`GcraError::StoreRejected`].
-    pub async fn check(
-        &self,
-        key: &[u8],
-        quota: &RedisQuota,
-        cost: u32,
-    ) -> Result<StoreDecision, GcraError> {
-        let gcra = quota.gcra();
-        if cost > gcra.burst() {
-            return Err(GcraError::InsufficientCapacity {
-                cost,
-                burst: gcra.burst(),
-            });
-        }
+    /// The script's call for `key`: one round trip, bounded by the timeout (including a
+    /// `NOSCRIPT` retry).
+    async fn call(&self, key: &[u8], rule: &Gcra, cost: u32) -> Result<StoreDecision, CheckError> {
         let inner = &*self.inner;
-        let store_key = inner.keys.key(key);
-        let group = inner.circuit.group(&store_key);
-        let gate = inner.circuit.gate(group);
-        if gate == Gate::Open {
-            // Answered without I/O: spend cooperative budget so a caller looping on checks still
-            // yields, and the task awaiting the probe's reply gets to run.
-            tokio::task::coop::consume_budget().await;
-            return Err(GcraError::StoreUnavailable {
-                reason: format!(
-                    "Redis failed to answer recently; it is probed again every {:?}",
-                    inner.circuit.probe_interval()
-                ),
-            });
-        }
         let (now_us, extra_ttl_ms) = match &inner.time {
             TimeMode::Server => (None, 0),
             TimeMode::Explicit { clock, slack } => {
                 let now = clock.now_nanos() / 1000;
                 if now > MAX_EXPLICIT_NOW_US {
-                    return Err(GcraError::StoreRejected {
-                        reason: format!(
-                            "the explicit clock reads {now} µs, beyond 2^52 µs where Lua loses precision; \
-                             start the clock nearer zero"
-                        ),
-                    });
+                    let why = Rejection::ClockOutOfRange { now_us: now };
+                    return Err(StoreError::Rejected(why).into());
                 }
                 (
                     Some(now),
@@ -360,7 +304,7 @@ impl RedisStore {
                 )
             }
         };
-        let call = Call::new(&store_key, gcra, cost, now_us, extra_ttl_ms)?;
+        let call = Call::new(key, rule, cost, now_us, extra_ttl_ms)?;
         let answer = tokio::time::timeout(inner.timeout, async {
             match inner.conn.query::<Vec<i64>>(&call.command(false)).await {
                 Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
@@ -373,54 +317,31 @@ impl RedisStore {
         let reply = match answer {
             Ok(Ok(reply)) => reply,
             Ok(Err(e)) => {
-                return Err(self.failed(group, gate, &store_key, classify(&e, &store_key)));
+                let error = classify(&e, key);
+                if !matches!(error, StoreError::Unavailable(_)) {
+                    // The server answered, if only with an error.
+                    self.answered();
+                }
+                return Err(error.into());
             }
             Err(_) => {
-                let reason = format!("no answer within {:?}", inner.timeout);
-                let error = GcraError::StoreUnavailable { reason };
-                return Err(self.failed(group, gate, &store_key, error));
+                let why = Unavailable::Timeout {
+                    after: inner.timeout,
+                };
+                return Err(StoreError::Unavailable(why).into());
             }
         };
-        self.answered(group);
-        let (decision, at) = parse_reply(&reply, gcra, cost, &store_key)?;
-        Ok(StoreDecision {
-            decision,
-            at: Duration::from_micros(at),
-        })
+        self.answered();
+        let (decision, at) = parse_reply(&reply, rule, cost, key)?;
+        Ok(StoreDecision::new(decision, Duration::from_micros(at)))
     }
 
-    /// Opens the circuit when the store is unavailable; passes the error on. A probe that fails
-    /// (the second failure in a row) has the connection checked, and rebuilt if it is what fails.
-    fn failed(&self, group: usize, gate: Gate, key: &[u8], error: GcraError) -> GcraError {
+    /// The server answered: a cluster store without a slot map reads one now.
+    fn answered(&self) {
         let inner = &*self.inner;
-        if matches!(error, GcraError::StoreUnavailable { .. }) {
-            inner.circuit.failed(group);
-            if gate == Gate::Probe {
-                inner.conn.check_after_failure(&inner.circuit, key);
-            }
-        } else {
-            // The server answered, if only with an error: it is reachable again.
-            self.answered(group);
-        }
-        error
-    }
-
-    /// Records an answer of the store for `group`.
-    fn answered(&self, group: usize) {
-        let inner = &*self.inner;
-        if inner.circuit.answered(group) {
-            inner.log.recovered();
-            inner.conn.recovered();
-        }
         if inner.conn.needs_map() {
-            inner.conn.read_map_soon(&inner.circuit);
+            inner.conn.read_map_soon(&inner.groups);
         }
-    }
-
-    /// The Redis key that holds `key`'s state: prefix, a marker byte, and the key itself (or its
-    /// SHA-1 when longer than [`MAX_KEY_LEN`](super::MAX_KEY_LEN) bytes or containing `{`).
-    pub fn key_for(&self, key: &[u8]) -> Vec<u8> {
-        self.inner.keys.key(key)
     }
 
     /// The key prefix.
@@ -433,32 +354,80 @@ impl RedisStore {
         self.inner.timeout
     }
 
-    /// The interval at which a failed store is probed.
+    /// The interval at which a failed store (a failed master of a cluster) is probed.
     pub fn probe_interval(&self) -> Duration {
-        self.inner.circuit.probe_interval()
-    }
-
-    /// The failure policy limiters over this store apply.
-    pub fn failure_policy(&self) -> FailurePolicy {
-        self.inner.policy
+        self.inner.groups.circuit().probe_interval()
     }
 
     /// Whether decisions use the server's clock (the default) rather than an explicit one.
     pub fn uses_server_time(&self) -> bool {
         matches!(self.inner.time, TimeMode::Server)
     }
+}
 
-    /// The clock a local fallback should read: the explicit clock, or a fresh monotonic one.
-    pub(crate) fn local_clock(&self) -> Arc<dyn Clock> {
+/// Redis as the shared store of a [`RemoteRateLimiter`](crate::gcra::remote::RemoteRateLimiter):
+/// keys are `prefix ‖ "=" ‖ key` (or a digest, see [`key`](super::key)), the rule is the quota in
+/// microseconds ([`MAX_REDIS_WINDOW`](super::MAX_REDIS_WINDOW) at most), a cluster's circuit has a
+/// group per master.
+impl RemoteStore for RedisStore {
+    type Key = Vec<u8>;
+
+    /// The quota in the store's microsecond ticks, exact (the emission interval is a whole number
+    /// of microseconds and a fraction, carried exactly by the script): `Gcra::with_resolution(quota,
+    /// 1 µs)`. A burst window beyond [`MAX_REDIS_WINDOW`](super::MAX_REDIS_WINDOW) is
+    /// [`ConfigError::StoreWindowTooLong`].
+    fn rule(&self, quota: &Quota) -> Result<Gcra, ConfigError> {
+        super::quota::rule(quota)
+    }
+
+    /// The Redis key that holds `key`'s state: prefix, a marker byte, and the key itself (or its
+    /// SHA-1 when longer than [`MAX_KEY_LEN`](super::MAX_KEY_LEN) bytes or containing `{`).
+    fn key(&self, key: &[u8]) -> Vec<u8> {
+        self.inner.keys.key(key)
+    }
+
+    fn circuit(&self) -> &Circuit {
+        self.inner.groups.circuit()
+    }
+
+    /// The key's master, as the slot map last read says (0 for a standalone store).
+    fn group(&self, key: &Vec<u8>) -> usize {
+        self.inner.groups.group(key)
+    }
+
+    /// One script call. `cost > burst` is
+    /// [`GcraError::InsufficientCapacity`](crate::gcra::GcraError::InsufficientCapacity) without
+    /// a round trip. A timeout or a connection failure is [`StoreError::Unavailable`]; a key of
+    /// another type is [`StoreError::WrongType`], a string that is not a GCRA state
+    /// [`StoreError::CorruptState`] (see the [module](super) on foreign values), a refused command
+    /// (e.g. ACL) [`StoreError::Rejected`].
+    async fn decide(
+        &self,
+        key: &Vec<u8>,
+        rule: &Gcra,
+        cost: u32,
+    ) -> Result<StoreDecision, CheckError> {
+        self.call(key, rule, cost).await
+    }
+
+    /// A probe failed again: check beside the connection whether it is what fails, and rebuild it.
+    fn probe_failed(&self, key: &Vec<u8>) {
+        self.inner.conn.check_after_failure(&self.inner.groups, key);
+    }
+
+    fn recovered(&self) {
+        self.inner.conn.recovered();
+    }
+
+    fn explicit_clock(&self) -> Option<Arc<dyn Clock>> {
         match &self.inner.time {
-            TimeMode::Server => Arc::new(MonotonicClock::new()),
-            TimeMode::Explicit { clock, .. } => clock.clone(),
+            TimeMode::Server => None,
+            TimeMode::Explicit { clock, .. } => Some(clock.clone()),
         }
     }
 
-    /// Counts and (rate-limited) logs one decision made by `policy`.
-    pub(crate) fn report_degraded(&self, policy: &'static str, reason: &str) {
-        self.inner.log.degraded(policy, reason);
+    fn topology(&self) -> &'static str {
+        self.inner.conn.topology()
     }
 }
 
@@ -468,39 +437,39 @@ impl std::fmt::Debug for RedisStore {
             .field("topology", &self.inner.conn.topology())
             .field("prefix", &String::from_utf8_lossy(self.inner.keys.prefix()))
             .field("timeout", &self.inner.timeout)
-            .field("policy", &self.inner.policy)
             .field("server_time", &self.uses_server_time())
             .finish_non_exhaustive()
     }
 }
 
 /// Sorts a Redis error into what the caller should do about it.
-fn classify(e: &RedisError, key: &[u8]) -> GcraError {
-    let text = e.to_string();
-    let key = || String::from_utf8_lossy(key).into_owned();
-    if e.code() == Some("WRONGTYPE") || text.contains("WRONGTYPE") {
-        GcraError::WrongType { key: key() }
+fn classify(e: &RedisError, key: &[u8]) -> StoreError {
+    let answer = || e.to_string();
+    if e.code() == Some("WRONGTYPE") {
+        StoreError::WrongType {
+            key: String::from_utf8_lossy(key).into_owned(),
+        }
     } else if e.kind() == ErrorKind::Server(ServerErrorKind::NoPerm)
-        || text.contains("user executing the script")
+        || e.detail()
+            .is_some_and(|d| d.contains("user executing the script"))
     {
         // ACL: NOPERM for EVALSHA/EVAL or the key; a plain ERR for commands the script calls.
-        GcraError::StoreRejected {
-            reason: format!(
-                "{text}: the ACL user needs +evalsha +eval +get +set +time and access to the prefix's keys \
-                 (e.g. ~flowguard:*)"
-            ),
-        }
+        StoreError::Rejected(Rejection::Permission { answer: answer() })
     } else if is_auth_error(e) {
-        GcraError::StoreRejected {
-            reason: format!("{text}: check the user name and password in the URL"),
-        }
+        StoreError::Rejected(Rejection::Credentials { answer: answer() })
     } else if matches!(
         e.kind(),
         ErrorKind::UnexpectedReturnType | ErrorKind::Parse | ErrorKind::InvalidClientConfig
     ) {
-        GcraError::StoreRejected { reason: text }
+        StoreError::Rejected(Rejection::UnexpectedReply { answer: answer() })
     } else {
-        GcraError::StoreUnavailable { reason: text }
+        tracing::debug!(error = %e, "Redis call failed; the failure policy answers");
+        let why = if matches!(e.kind(), ErrorKind::Server(_)) {
+            Unavailable::Server
+        } else {
+            Unavailable::Connection
+        };
+        StoreError::Unavailable(why)
     }
 }
 
@@ -517,18 +486,18 @@ mod tests {
             std::io::ErrorKind::ConnectionReset,
             "connection reset while sending flowguard:=k",
         );
-        assert!(matches!(
+        assert_eq!(
             classify(&RedisError::from(reset), key),
-            GcraError::StoreUnavailable { .. }
-        ));
+            StoreError::Unavailable(Unavailable::Connection)
+        );
         let unknown = RedisError::from((
             ErrorKind::Server(ServerErrorKind::ResponseError),
             "An error was signalled by the server",
             "flowguard: something".to_string(),
         ));
-        assert!(matches!(
+        assert_eq!(
             classify(&unknown, key),
-            GcraError::StoreUnavailable { .. }
-        ));
+            StoreError::Unavailable(Unavailable::Server)
+        );
     }
 }

@@ -2,34 +2,37 @@
 
 use std::pin::pin;
 use std::sync::Arc;
+use std::time::Duration;
 
 use parking_lot::Mutex;
 use tokio::sync::Notify;
 
-use super::config::{TwoTierConfig, TwoTierConfigError, ValidConfig};
+use super::config::Config;
 use super::reservoir::{Reservoir, Take};
+use crate::clock::{Clock, MonotonicClock};
 use crate::gcra::limit_key::stored::KeyDigester;
 use crate::gcra::table::{Expiring, Table};
 use crate::gcra::{
-    BoxFuture, Clock, DEFAULT_MAX_KEYS, Decision, GcraError, MonotonicClock, Quota, RateLimitStore,
+    CheckError, CheckFuture, ConfigError, DEFAULT_MAX_KEYS, Decision, GcraError, KeyedLimit, Quota,
 };
 
 /// Rounds of "wait for the refill, then take" before a request is denied for want of tokens.
 const MAX_ROUNDS: usize = 8;
 
-/// A keyed limiter that reserves tokens from a shared [`RateLimitStore`] (typically Redis) in
-/// batches and spends them locally. See the [module docs](super) for the guarantees.
+/// A keyed limiter that reserves tokens from a shared [`KeyedLimit`] (typically the Redis-backed
+/// [remote](crate::gcra::remote) limiter) in batches and spends them locally. See the
+/// [module docs](super) for the guarantees.
 ///
 /// ```
-/// use flowguard::gcra::two_tier::{TwoTierConfig, TwoTierLimiter};
+/// use flowguard::gcra::two_tier::TwoTierLimiter;
 /// use flowguard::gcra::{KeyedRateLimiter, Quota};
 ///
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-/// // The shared store would be Redis; any RateLimitStore works.
+/// // The shared limiter would be Redis-backed; any KeyedLimit works.
 /// let global = KeyedRateLimiter::<Vec<u8>>::new(Quota::per_second(100)?);
-/// let limiter = TwoTierLimiter::new(global, TwoTierConfig::new(10))?;
-/// let d = limiter.check(b"tenant-1", 1).await?; // reserves 10, spends 1
+/// let limiter = TwoTierLimiter::builder(global, 10).build()?;
+/// let d = limiter.check_key_n(b"tenant-1", 1).await?; // reserves 10, spends 1
 /// assert!(d.allowed);
 /// assert_eq!(d.remaining, 9); // tokens left in this instance's reservoir
 /// # Ok(())
@@ -41,7 +44,7 @@ pub struct TwoTierLimiter<S, C: Clock = MonotonicClock> {
 
 struct Shared<S, C> {
     store: S,
-    cfg: ValidConfig,
+    cfg: Config,
     quota: Quota,
     clock: C,
     /// Reservoirs by stored key form: long keys as a digest, so memory is bounded in bytes.
@@ -64,37 +67,93 @@ impl Expiring for Arc<Slot> {
     }
 }
 
-impl<S: RateLimitStore + 'static> TwoTierLimiter<S, MonotonicClock> {
-    /// A two-tier limiter over `store` on the real clock, for at most [`DEFAULT_MAX_KEYS`] keys.
-    pub fn new(store: S, config: TwoTierConfig) -> Result<Self, TwoTierConfigError> {
-        TwoTierLimiter::with_clock(store, config, MonotonicClock::new(), DEFAULT_MAX_KEYS)
+/// Configures a [`TwoTierLimiter`]: [`TwoTierLimiter::builder`].
+#[must_use = "a builder does nothing until `build` is called"]
+pub struct TwoTierLimiterBuilder<S, C = MonotonicClock> {
+    store: S,
+    batch: u32,
+    refill_below: Option<u32>,
+    max_token_age: Option<Duration>,
+    max_keys: usize,
+    clock: C,
+}
+
+impl<S: KeyedLimit + 'static> TwoTierLimiter<S, MonotonicClock> {
+    /// Starts configuring a two-tier limiter that reserves `batch` tokens per round trip from
+    /// `store`, with the defaults: refill below 20% of the batch, tokens live one burst window of
+    /// the store's quota, at most [`DEFAULT_MAX_KEYS`] reservoirs, the real clock.
+    pub fn builder(store: S, batch: u32) -> TwoTierLimiterBuilder<S> {
+        TwoTierLimiterBuilder {
+            store,
+            batch,
+            refill_below: None,
+            max_token_age: None,
+            max_keys: DEFAULT_MAX_KEYS,
+            clock: MonotonicClock::new(),
+        }
     }
 }
 
-impl<S: RateLimitStore + 'static, C: Clock + 'static> TwoTierLimiter<S, C> {
-    /// A two-tier limiter reading local time from `clock`, holding at most `max_keys` (>= 1) reservoirs.
-    pub fn with_clock(
-        store: S,
-        config: TwoTierConfig,
-        clock: C,
-        max_keys: usize,
-    ) -> Result<Self, TwoTierConfigError> {
-        let quota = store.quota();
-        let cfg = config.validate(&quota)?;
-        if max_keys == 0 {
-            return Err(TwoTierConfigError::ZeroMaxKeys);
+impl<S: KeyedLimit + 'static, C: Clock + 'static> TwoTierLimiterBuilder<S, C> {
+    /// Start a background refill when fewer than `tokens` are left locally (default: 20% of the
+    /// batch, rounded up). Must be below the batch.
+    pub fn refill_below(mut self, tokens: u32) -> Self {
+        self.refill_below = Some(tokens);
+        self
+    }
+
+    /// Drop reserved tokens this long after they arrived (default: the quota's burst window
+    /// `B*T`). Must be positive.
+    pub fn max_token_age(mut self, age: Duration) -> Self {
+        self.max_token_age = Some(age);
+        self
+    }
+
+    /// The most reservoirs (keys) held at once (default [`DEFAULT_MAX_KEYS`]); at least 1.
+    pub fn max_keys(mut self, max_keys: usize) -> Self {
+        self.max_keys = max_keys;
+        self
+    }
+
+    /// Reads local time (token lifetimes, denials in force) from `clock` instead of the real
+    /// monotonic clock.
+    pub fn clock<C2: Clock + 'static>(self, clock: C2) -> TwoTierLimiterBuilder<S, C2> {
+        TwoTierLimiterBuilder {
+            store: self.store,
+            batch: self.batch,
+            refill_below: self.refill_below,
+            max_token_age: self.max_token_age,
+            max_keys: self.max_keys,
+            clock,
+        }
+    }
+
+    /// Builds the limiter. Errors ([`ConfigError`]) for a batch of 0 or above the store's burst,
+    /// a refill threshold not below the batch, a token age of zero, or `max_keys` of 0.
+    pub fn build(self) -> Result<TwoTierLimiter<S, C>, ConfigError> {
+        let quota = self.store.quota();
+        let cfg = Config::new(&quota, self.batch, self.refill_below, self.max_token_age)?;
+        if self.max_keys == 0 {
+            return Err(ConfigError::ZeroMaxKeys);
         }
         Ok(TwoTierLimiter {
             shared: Arc::new(Shared {
-                store,
+                store: self.store,
                 cfg,
                 quota,
-                clock,
-                table: Table::new(max_keys),
+                clock: self.clock,
+                table: Table::new(self.max_keys),
                 digester: KeyDigester::new(),
-                max_keys,
+                max_keys: self.max_keys,
             }),
         })
+    }
+}
+
+impl<S: KeyedLimit + 'static, C: Clock + 'static> TwoTierLimiter<S, C> {
+    /// Checks (and on success spends) one token for `key`.
+    pub async fn check_key(&self, key: &[u8]) -> Result<Decision, CheckError> {
+        self.check_key_n(key, 1).await
     }
 
     /// Checks (and on success spends) `cost` tokens for `key`.
@@ -103,13 +162,14 @@ impl<S: RateLimitStore + 'static, C: Clock + 'static> TwoTierLimiter<S, C> {
     ///   caller reserves a batch and the others wait for that reservation.
     /// * `batch < cost <= burst`: asked of the shared store directly (a batch could never cover it).
     /// * `cost > burst`: [`GcraError::InsufficientCapacity`].
-    pub async fn check(&self, key: &[u8], cost: u32) -> Result<Decision, GcraError> {
+    pub async fn check_key_n(&self, key: &[u8], cost: u32) -> Result<Decision, CheckError> {
         let shared = &self.shared;
         if cost > shared.cfg.limit() {
             return Err(GcraError::InsufficientCapacity {
                 cost,
                 burst: shared.cfg.limit(),
-            });
+            }
+            .into());
         }
         if cost > shared.cfg.batch() {
             return shared.store.check(key, cost).await;
@@ -172,9 +232,19 @@ impl<S: RateLimitStore + 'static, C: Clock + 'static> TwoTierLimiter<S, C> {
         self.len() == 0
     }
 
-    /// The validated configuration.
-    pub fn config(&self) -> &ValidConfig {
-        &self.shared.cfg
+    /// Tokens reserved per round trip.
+    pub fn batch(&self) -> u32 {
+        self.shared.cfg.batch()
+    }
+
+    /// A background refill starts when fewer tokens than this are left locally.
+    pub fn refill_below(&self) -> u32 {
+        self.shared.cfg.refill_below()
+    }
+
+    /// Reserved tokens are dropped this long after they arrived.
+    pub fn max_token_age(&self) -> Duration {
+        self.shared.cfg.max_token_age()
     }
 
     /// The shared store.
@@ -183,7 +253,7 @@ impl<S: RateLimitStore + 'static, C: Clock + 'static> TwoTierLimiter<S, C> {
     }
 }
 
-impl<S: RateLimitStore, C: Clock> Shared<S, C> {
+impl<S: KeyedLimit, C: Clock> Shared<S, C> {
     fn slot(&self, key: &[u8]) -> Result<Arc<Slot>, GcraError> {
         self.digester
             .with_probe(key, |stored| self.stored_slot(stored))
@@ -208,7 +278,7 @@ impl<S: RateLimitStore, C: Clock> Shared<S, C> {
     }
 
     /// Reserves a batch for `key` and applies the answer; wakes everyone waiting on the slot.
-    async fn reserve(&self, key: &[u8], slot: &Slot) -> Result<(), GcraError> {
+    async fn reserve(&self, key: &[u8], slot: &Slot) -> Result<(), CheckError> {
         metrics::counter!("flowguard_two_tier_reservations_total").increment(1);
         let answer = self.store.check(key, self.cfg.batch()).await;
         let now = self.clock.now_nanos();
@@ -224,13 +294,23 @@ impl<S: RateLimitStore, C: Clock> Shared<S, C> {
     }
 }
 
-impl<S: RateLimitStore + 'static, C: Clock + 'static> RateLimitStore for TwoTierLimiter<S, C> {
-    fn check<'a>(&'a self, key: &'a [u8], cost: u32) -> BoxFuture<'a, Result<Decision, GcraError>> {
-        Box::pin(TwoTierLimiter::check(self, key, cost))
+/// Decided locally while the key's reservoir holds tokens; a future that owns what it needs.
+impl<S: KeyedLimit + 'static, C: Clock + 'static> KeyedLimit for TwoTierLimiter<S, C> {
+    fn check(&self, key: &[u8], cost: u32) -> CheckFuture {
+        let (limiter, key) = (self.clone(), key.to_vec());
+        CheckFuture::new(async move { limiter.check_key_n(&key, cost).await })
     }
 
     fn quota(&self) -> Quota {
         self.shared.quota
+    }
+}
+
+impl<S, C: Clock> Clone for TwoTierLimiter<S, C> {
+    fn clone(&self) -> Self {
+        TwoTierLimiter {
+            shared: self.shared.clone(),
+        }
     }
 }
 

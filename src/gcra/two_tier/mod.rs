@@ -1,5 +1,28 @@
 //! Two-tier GCRA: each instance reserves tokens from the shared (Redis) quota in batches and
-//! spends them locally, so most decisions need no round trip.
+//! spends them locally, so most decisions need no round trip. Built on [`KeyedLimit`]: the shared
+//! quota is any keyed limiter, typically the [remote](crate::gcra::remote) limiter over Redis.
+//!
+//! ```
+//! use flowguard::gcra::two_tier::TwoTierLimiter;
+//! use flowguard::gcra::{KeyedRateLimiter, Quota};
+//! use std::time::Duration;
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let quota = Quota::per_second(1000)?.with_burst(100)?;
+//! let shared = KeyedRateLimiter::<Vec<u8>>::new(quota);
+//! let limiter = TwoTierLimiter::builder(shared, 50)
+//!     .refill_below(5)
+//!     .max_token_age(Duration::from_secs(1))
+//!     .build()?;
+//! assert_eq!((limiter.batch(), limiter.refill_below()), (50, 5));
+//! // A batch above the burst could never be granted: a typed error, not a silent clamp.
+//! let shared = KeyedRateLimiter::<Vec<u8>>::new(quota);
+//! assert!(TwoTierLimiter::builder(shared, 101).build().is_err());
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! [`KeyedLimit`]: crate::gcra::KeyedLimit
 //!
 //! How it works, per key:
 //!
@@ -12,7 +35,8 @@
 //! * Reserved tokens stand for time slots of the global quota; they are dropped once they are
 //!   `max_token_age` old (default: the quota's burst window `B*T`, the time the global quota
 //!   takes to forget a whole burst), so an idle instance cannot hoard them.
-//! * When the store fails, its own failure policy answers the reservation (fail open, fail
+//! * When the shared store fails, the shared limiter's failure policy answers the reservation
+//!   (for the [remote](crate::gcra::remote) limiter: fail open, fail
 //!   closed, local fallback); tokens already on hand keep being served.
 //! * Reservoirs are kept in a bounded table like the in-memory limiter's; idle ones are reclaimed.
 //!
@@ -31,5 +55,4 @@ mod config;
 mod limiter;
 mod reservoir;
 
-pub use config::{TwoTierConfig, TwoTierConfigError, ValidConfig};
-pub use limiter::TwoTierLimiter;
+pub use limiter::{TwoTierLimiter, TwoTierLimiterBuilder};

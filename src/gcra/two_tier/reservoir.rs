@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use super::config::ValidConfig;
+use super::config::Config;
 use crate::gcra::{Decision, Degradation};
 
 /// Tokens from one reservation and when they go stale (nanoseconds of the limiter's clock).
@@ -62,7 +62,7 @@ impl Reservoir {
         allowed: bool,
         remaining: u32,
         retry_after: Option<u64>,
-        cfg: &ValidConfig,
+        cfg: &Config,
         now: u64,
     ) -> Decision {
         let d = Decision::new(
@@ -79,7 +79,7 @@ impl Reservoir {
     }
 
     /// Decides `cost` (at most the batch) at `now` from local state alone.
-    pub(crate) fn take(&mut self, cfg: &ValidConfig, now: u64, cost: u32) -> Take {
+    pub(crate) fn take(&mut self, cfg: &Config, now: u64, cost: u32) -> Take {
         let tokens = self.fresh_tokens(now);
         if tokens >= cost {
             let mut left = cost;
@@ -116,7 +116,7 @@ impl Reservoir {
     }
 
     /// Applies the store's answer to a reservation of `cfg.batch()` tokens, received at `now`.
-    pub(crate) fn reserved(&mut self, cfg: &ValidConfig, now: u64, answer: &Decision) {
+    pub(crate) fn reserved(&mut self, cfg: &Config, now: u64, answer: &Decision) {
         self.refilling = false;
         self.degraded = answer.degraded;
         self.reset_at = now.saturating_add(duration_nanos(answer.reset_after));
@@ -170,23 +170,23 @@ fn duration_nanos(d: Duration) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::gcra::two_tier::TwoTierConfig;
-    use crate::gcra::{ManualClock, Quota, RateLimiter};
+    use crate::clock::ManualClock;
+    use crate::gcra::{Quota, RateLimiter};
 
     const MS: u64 = 1_000_000;
 
-    fn cfg() -> ValidConfig {
+    fn cfg() -> Config {
         // 1000/s, burst 100, batch 10, refill below 2, tokens live 100 ms.
-        TwoTierConfig::new(10)
-            .validate(&Quota::per_second(1000).unwrap().with_burst(100).unwrap())
-            .unwrap()
+        let quota = Quota::per_second(1000).unwrap().with_burst(100).unwrap();
+        Config::new(&quota, 10, None, None).unwrap()
     }
 
     fn grant() -> Decision {
-        let limiter = RateLimiter::with_clock(
-            Quota::per_second(1000).unwrap().with_burst(100).unwrap(),
-            ManualClock::new(),
-        );
+        let limiter =
+            RateLimiter::builder(Quota::per_second(1000).unwrap().with_burst(100).unwrap())
+                .clock(ManualClock::new())
+                .build()
+                .unwrap();
         limiter.check_n(10).unwrap()
     }
 

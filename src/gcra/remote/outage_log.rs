@@ -5,10 +5,14 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-/// At most one warning per this interval per store; the ones in between are counted in the next.
+use crate::gcra::check::Unavailable;
+
+/// At most one warning per this interval per limiter; the ones in between are counted in the next.
 const WARN_EVERY: Duration = Duration::from_secs(1);
 
-/// The metric counting decisions made by a failure policy, labelled `policy` and `topology`.
+/// The metric counting decisions made by a failure policy, labelled `policy` and `topology` (the
+/// store's, e.g. `standalone` or `cluster` for Redis). The name predates other stores than Redis
+/// and is kept for existing dashboards.
 pub const DEGRADED_METRIC: &str = "flowguard_redis_degraded_total";
 
 #[derive(Debug)]
@@ -31,7 +35,7 @@ impl OutageLog {
     }
 
     /// One decision was made by `policy` because the store did not answer (`reason`).
-    pub(crate) fn degraded(&self, policy: &'static str, reason: &str) {
+    pub(crate) fn degraded(&self, policy: &'static str, reason: Unavailable) {
         metrics::counter!(DEGRADED_METRIC, "policy" => policy, "topology" => self.topology)
             .increment(1);
         let now = u64::try_from(self.origin.elapsed().as_nanos()).unwrap_or(u64::MAX - 1) + 1;
@@ -47,16 +51,16 @@ impl OutageLog {
             tracing::warn!(
                 policy,
                 topology = self.topology,
-                reason,
+                %reason,
                 suppressed,
-                "Redis rate-limit store unavailable; deciding by failure policy"
+                "rate-limit store unavailable; deciding by failure policy"
             );
         } else {
             self.suppressed.fetch_add(1, Ordering::Relaxed);
         }
     }
 
-    /// The store answered again after failing.
+    /// The store answered again after failing (a group of its circuit closed).
     /// Logs once per outage that was warned about (a cluster store recovers group by group).
     pub(crate) fn recovered(&self) {
         if self.last_warn.swap(0, Ordering::AcqRel) == 0 {
@@ -66,7 +70,7 @@ impl OutageLog {
         tracing::info!(
             topology = self.topology,
             suppressed,
-            "Redis rate-limit store answering again"
+            "rate-limit store answering again"
         );
     }
 }

@@ -1,0 +1,76 @@
+//! [`KeyedLimit`]: the one async face of every keyed limiter (in memory, through a shared store
+//! such as Redis, two-tier), so that middleware and [`Guard`](crate::Guard) take any of them.
+//!
+//! * [`KeyedLimit`]: checks `cost` tokens for a byte key.
+//! * [`CheckFuture`]: what a check returns, `Send + 'static`.
+//! * [`CheckError`]: the core's [`GcraError`](crate::gcra::GcraError) or a store's
+//!   [`StoreError`](crate::gcra::remote::StoreError).
+
+mod error;
+mod future;
+
+pub use error::{CheckError, Rejection, StoreError, Unavailable};
+pub use future::CheckFuture;
+
+use crate::clock::Clock;
+use crate::gcra::{KeyedRateLimiter, LimitKey, Quota};
+
+/// Something that decides, for a key, whether `cost` tokens of its quota may be spent: the
+/// in-memory [`KeyedRateLimiter`] (with any byte-string key type), the
+/// [remote](crate::gcra::remote) limiter (Redis, feature `redis`), or a
+/// [two-tier](crate::gcra::two_tier) limiter. Keys are bytes (binary-safe).
+///
+/// The future owns what it needs (it borrows neither the limiter nor the key), so it can be
+/// awaited inside `tokio::spawn`, hyper's `serve_connection` and middleware futures, with the
+/// limiter behind an `Arc<dyn KeyedLimit>`.
+///
+/// ```
+/// use flowguard::gcra::{KeyedLimit, KeyedRateLimiter, Quota};
+/// use std::sync::Arc;
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let limit: Arc<dyn KeyedLimit> = Arc::new(KeyedRateLimiter::<String>::new(Quota::per_second(1)?));
+/// assert!(limit.check(b"client-1", 1).await?.allowed);
+/// assert!(!limit.check(b"client-1", 1).await?.allowed);
+/// // The future is 'static: it can run on another task.
+/// let later = limit.check(b"client-2", 1);
+/// assert!(tokio::spawn(later).await??.allowed);
+/// # Ok(())
+/// # }
+/// ```
+pub trait KeyedLimit: Send + Sync {
+    /// Checks (and on success spends) `cost` tokens for `key`. `cost == 0` peeks; a cost above
+    /// the burst is [`GcraError::InsufficientCapacity`](crate::gcra::GcraError::InsufficientCapacity).
+    fn check(&self, key: &[u8], cost: u32) -> CheckFuture;
+
+    /// The quota every key gets.
+    fn quota(&self) -> Quota;
+}
+
+/// The in-memory keyed limiter decides without I/O: the future is ready at once. Any key type
+/// kept as bytes works (`Vec<u8>`, `String`, `Box<[u8]>`, `Box<str>`); a `String`-keyed limiter
+/// looks up the bytes as the same key as the `str`.
+impl<K, C> KeyedLimit for KeyedRateLimiter<K, C>
+where
+    K: LimitKey<Stored = Vec<u8>, Probe = [u8]>,
+    C: Clock,
+{
+    fn check(&self, key: &[u8], cost: u32) -> CheckFuture {
+        CheckFuture::ready(self.check_bytes(key, cost).map_err(CheckError::Gcra))
+    }
+
+    fn quota(&self) -> Quota {
+        *KeyedRateLimiter::quota(self)
+    }
+}
+
+impl<L: KeyedLimit + ?Sized> KeyedLimit for std::sync::Arc<L> {
+    fn check(&self, key: &[u8], cost: u32) -> CheckFuture {
+        (**self).check(key, cost)
+    }
+
+    fn quota(&self) -> Quota {
+        (**self).quota()
+    }
+}

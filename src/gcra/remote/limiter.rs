@@ -1,0 +1,296 @@
+//! [`RemoteRateLimiter`]: one quota for many keys, shared by every instance through a
+//! [`RemoteStore`], with a failure policy for when the store does not answer.
+
+use std::sync::Arc;
+
+use super::circuit::Gate;
+use super::outage_log::OutageLog;
+use super::policy::FailurePolicy;
+use super::store::RemoteStore;
+use crate::clock::{Clock, MonotonicClock};
+use crate::gcra::check::{CheckError, CheckFuture, KeyedLimit, StoreError, Unavailable};
+use crate::gcra::{
+    ConfigError, DEFAULT_MAX_KEYS, Decision, Degradation, Gcra, GcraError, KeyedRateLimiter,
+    Overflow, Quota, Ticks,
+};
+
+/// A GCRA limiter whose state lives in a shared store (Redis): every instance using the same
+/// store, key prefix and quota enforces one global quota per key. Same semantics as
+/// [`KeyedRateLimiter`]: exact cost-n, denied requests change nothing, `cost > burst` is an error
+/// (without a round trip).
+///
+/// When the store does not answer (within its timeout, or a group of its keys failed within the
+/// last probe interval), the [`FailurePolicy`] decides, and the decision says so in
+/// [`Decision::degraded`]. Cheap to clone (clones share the store and the local fallback).
+///
+/// ```no_run
+/// use flowguard::gcra::Quota;
+/// use flowguard::gcra::redis::RedisStore;
+/// use flowguard::gcra::remote::{FailurePolicy, RemoteRateLimiter};
+///
+/// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+/// let store = RedisStore::builder("redis://127.0.0.1:6379").connect().await?;
+/// let limiter = RemoteRateLimiter::builder(store, Quota::per_second(10)?)
+///     .failure_policy(FailurePolicy::local_instances(4))
+///     .build()?;
+/// let d = limiter.check_key_n(b"tenant-7", 3).await?;
+/// assert!(d.allowed && d.degraded.is_none());
+/// assert_eq!(d.remaining, 7);
+/// # Ok(()) }
+/// ```
+pub struct RemoteRateLimiter<S> {
+    inner: Arc<Inner<S>>,
+}
+
+struct Inner<S> {
+    store: S,
+    quota: Quota,
+    /// The rule at the store's resolution.
+    rule: Gcra,
+    policy: FailurePolicy,
+    fallback: Option<LocalLimiter>,
+    log: OutageLog,
+}
+
+/// The in-memory limiter of [`FailurePolicy::LocalFallback`], keyed by the user's key.
+type LocalLimiter = KeyedRateLimiter<Vec<u8>, Arc<dyn Clock>>;
+
+/// Configures a [`RemoteRateLimiter`].
+#[must_use = "a builder does nothing until `build` is called"]
+#[derive(Debug)]
+pub struct RemoteRateLimiterBuilder<S> {
+    store: S,
+    quota: Quota,
+    policy: FailurePolicy,
+    local_max_keys: usize,
+}
+
+impl<S: RemoteStore> RemoteRateLimiterBuilder<S> {
+    /// What the limiter answers when the store does not (default [`FailurePolicy::FailOpen`]).
+    pub fn failure_policy(mut self, policy: FailurePolicy) -> Self {
+        self.policy = policy;
+        self
+    }
+
+    /// The most keys the local fallback of [`FailurePolicy::LocalFallback`] tracks at once
+    /// (default [`DEFAULT_MAX_KEYS`]); must be at least 1. It bounds the fallback's memory during
+    /// an outage; what happens to further keys is said in [`FailurePolicy::LocalFallback`].
+    pub fn local_max_keys(mut self, max_keys: usize) -> Self {
+        self.local_max_keys = max_keys;
+        self
+    }
+
+    /// Builds the limiter.
+    ///
+    /// Errors when the store cannot keep the quota exactly
+    /// ([`ConfigError::StoreWindowTooLong`]), when `local_max_keys` is 0, or when the policy is
+    /// [`FailurePolicy::LocalFallback`] and this instance's share of the quota is not a valid
+    /// quota (e.g. a burst that rounds down to zero).
+    pub fn build(self) -> Result<RemoteRateLimiter<S>, ConfigError> {
+        let RemoteRateLimiterBuilder {
+            store,
+            quota,
+            policy,
+            local_max_keys,
+        } = self;
+        policy.validate()?;
+        let rule = store.rule(&quota)?;
+        if local_max_keys == 0 {
+            return Err(ConfigError::ZeroMaxKeys);
+        }
+        let fallback = match policy {
+            FailurePolicy::LocalFallback(share) => {
+                let clock = store
+                    .explicit_clock()
+                    .unwrap_or_else(|| Arc::new(MonotonicClock::new()));
+                let limiter = KeyedRateLimiter::<Vec<u8>>::builder(share.local_quota(&quota)?)
+                    .clock(clock)
+                    .max_keys(local_max_keys)
+                    .overflow(Overflow::Reject)
+                    .build()?;
+                Some(limiter)
+            }
+            _ => None,
+        };
+        let log = OutageLog::new(store.topology());
+        Ok(RemoteRateLimiter {
+            inner: Arc::new(Inner {
+                store,
+                quota,
+                rule,
+                policy,
+                fallback,
+                log,
+            }),
+        })
+    }
+}
+
+impl<S: RemoteStore> RemoteRateLimiter<S> {
+    /// Starts configuring a limiter enforcing `quota` per key through `store`.
+    pub fn builder(store: S, quota: Quota) -> RemoteRateLimiterBuilder<S> {
+        RemoteRateLimiterBuilder {
+            store,
+            quota,
+            policy: FailurePolicy::default(),
+            local_max_keys: DEFAULT_MAX_KEYS,
+        }
+    }
+
+    /// Checks (and on success spends) one token for `key`.
+    pub async fn check_key(&self, key: &[u8]) -> Result<Decision, CheckError> {
+        self.check_key_n(key, 1).await
+    }
+
+    /// Checks (and on success spends) `cost` tokens for `key`; `cost == 0` peeks.
+    ///
+    /// `cost > burst` is [`GcraError::InsufficientCapacity`] without a round trip. A key holding
+    /// something else is [`StoreError::WrongType`] / [`StoreError::CorruptState`]; a refused
+    /// call [`StoreError::Rejected`]. An unavailable store is answered by the failure policy.
+    pub async fn check_key_n(&self, key: &[u8], cost: u32) -> Result<Decision, CheckError> {
+        let inner = &*self.inner;
+        if cost > inner.rule.burst() {
+            return Err(GcraError::InsufficientCapacity {
+                cost,
+                burst: inner.rule.burst(),
+            }
+            .into());
+        }
+        let store_key = inner.store.key(key);
+        let group = inner.store.group(&store_key);
+        let circuit = inner.store.circuit();
+        let gate = circuit.gate(group);
+        if gate == Gate::Open {
+            // Answered without I/O: spend cooperative budget so a caller looping on checks still
+            // yields, and the task awaiting the probe's reply gets to run.
+            tokio::task::coop::consume_budget().await;
+            let why = Unavailable::Skipped {
+                probe_interval: circuit.probe_interval(),
+            };
+            return Ok(self.degrade(key, cost, why));
+        }
+        match inner.store.decide(&store_key, &inner.rule, cost).await {
+            Ok(answer) => {
+                self.answered(group);
+                Ok(answer.decision)
+            }
+            Err(CheckError::Store(StoreError::Unavailable(why))) => {
+                circuit.failed(group);
+                if gate == Gate::Probe {
+                    inner.store.probe_failed(&store_key);
+                }
+                Ok(self.degrade(key, cost, why))
+            }
+            Err(error) => {
+                // The store answered, if only with an error: it is reachable again.
+                self.answered(group);
+                Err(error)
+            }
+        }
+    }
+
+    /// Records an answer of the store for `group`.
+    fn answered(&self, group: usize) {
+        let inner = &*self.inner;
+        if inner.store.circuit().answered(group) {
+            inner.log.recovered();
+            inner.store.recovered();
+        }
+    }
+
+    /// The decision of the failure policy for a check the store could not answer (`why`),
+    /// counted and logged.
+    fn degrade(&self, key: &[u8], cost: u32, why: Unavailable) -> Decision {
+        let inner = &*self.inner;
+        inner.log.degraded(inner.policy.label(), why);
+        let denied = || {
+            Decision::new(
+                false,
+                inner.rule.burst(),
+                0,
+                Some(inner.store.circuit().probe_interval()),
+                inner.quota.burst_window(),
+            )
+        };
+        match (&inner.policy, &inner.fallback) {
+            (FailurePolicy::LocalFallback(_), Some(local)) => {
+                match local.check_key_n(key, cost) {
+                    Ok(d) => d.degraded(Degradation::LocalFallback),
+                    // Full of live keys: a key it cannot track is denied, never left unlimited.
+                    Err(GcraError::KeyLimitReached { .. }) => {
+                        denied().degraded(Degradation::LocalFallbackFull)
+                    }
+                    // The request fits the global burst but not this instance's share of it.
+                    Err(_) => denied().degraded(Degradation::LocalFallback),
+                }
+            }
+            (FailurePolicy::FailClosed, _) => denied().degraded(Degradation::FailClosed),
+            _ => match inner.rule.decide(Ticks::ZERO, 0, cost) {
+                Ok(step) => step.decision.degraded(Degradation::FailOpen),
+                Err(_) => denied().degraded(Degradation::FailOpen),
+            },
+        }
+    }
+
+    /// The quota, as configured.
+    pub fn quota(&self) -> &Quota {
+        &self.inner.quota
+    }
+
+    /// The rule the store applies: the quota at the store's resolution (microseconds for
+    /// Redis). An in-memory limiter deciding with this rule at the same times reaches the same
+    /// decisions.
+    pub fn rule(&self) -> &Gcra {
+        &self.inner.rule
+    }
+
+    /// The failure policy.
+    pub fn failure_policy(&self) -> FailurePolicy {
+        self.inner.policy
+    }
+
+    /// The local fallback's quota, when the policy is [`FailurePolicy::LocalFallback`].
+    pub fn local_quota(&self) -> Option<&Quota> {
+        self.inner.fallback.as_ref().map(|f| f.quota())
+    }
+
+    /// The store.
+    pub fn store(&self) -> &S {
+        &self.inner.store
+    }
+}
+
+/// One round trip per decision (none for a cost above the burst, or while the key's group of the
+/// store is skipped after a failure).
+impl<S: RemoteStore> KeyedLimit for RemoteRateLimiter<S> {
+    fn check(&self, key: &[u8], cost: u32) -> CheckFuture {
+        let (limiter, key) = (self.clone(), key.to_vec());
+        CheckFuture::new(async move { limiter.check_key_n(&key, cost).await })
+    }
+
+    fn quota(&self) -> Quota {
+        self.inner.quota
+    }
+}
+
+impl<S> Clone for RemoteRateLimiter<S> {
+    fn clone(&self) -> Self {
+        RemoteRateLimiter {
+            inner: self.inner.clone(),
+        }
+    }
+}
+
+impl<S: std::fmt::Debug> std::fmt::Debug for RemoteRateLimiter<S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RemoteRateLimiter")
+            .field("store", &self.inner.store)
+            .field("quota", &self.inner.quota)
+            .field("policy", &self.inner.policy)
+            .field(
+                "local_quota",
+                &self.inner.fallback.as_ref().map(|f| f.quota()),
+            )
+            .finish()
+    }
+}
