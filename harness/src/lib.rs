@@ -1,0 +1,3 @@
+//! What flowguard's measurement programs (`src/bin`) share.
+
+pub mod cli;
