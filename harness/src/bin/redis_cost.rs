@@ -417,7 +417,7 @@ impl Keys {
 /// What one call sends.
 #[derive(Clone)]
 enum Call {
-    /// flowguard's KEYS/ARGV convention; `server_time` sends "" as the time (ARGV[6]).
+    /// flowguard's KEYS/ARGV convention; `server_time` sends "" as the time (`ARGV[6]`).
     Flowguard { sha: String, server_time: bool },
     /// The naive script: client seconds as a float, T in seconds, burst, cost.
     Naive { sha: String },
