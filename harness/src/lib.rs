@@ -1,3 +1,4 @@
 //! Code shared by the harness binaries and their tests. Not part of the published crate.
 
+pub mod cli;
 pub mod overload;

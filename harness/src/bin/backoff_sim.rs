@@ -1,23 +1,10 @@
-//! N clients contending for one resource, in the manner of the AWS Architecture Blog's
-//! "Exponential Backoff And Jitter" simulation, on virtual time.
-//!
-//! Model (optimistic concurrency): every client wants one successful write and all start at
-//! t = 0. A call travels to the resource (one-way latency uniform in 1..3 ms), and the write
-//! lands there. The resource commits at most one write per 1 ms slot: the first write to land
-//! in a slot commits, every other write landing in the same slot conflicts (it read the
-//! version the winner just replaced). The client learns the outcome one latency later; on a
-//! conflict it waits its backoff delay and tries again. Backoff strategies use flowguard's
-//! iterators with base 10 ms and cap 100 ms (`--base-ms`, `--cap-ms`); "none" retries at once.
-//!
-//! Reported per strategy (mean over `--runs` seeded runs): total calls (work done by the
-//! resource) and completion time (when the last client succeeded).
+//! backoff_sim: how backoff strategies share one contended resource, on virtual time (the model
+//! is described on [`Args`], which `--help` prints).
 //!
 //! ```text
 //! cargo run --release -p flowguard-harness --bin backoff_sim -- [--clients 100] [--runs 20] [--seed 1]
 //!     [--base-ms 10] [--cap-ms 100] [--json] [--plot DIR]
 //! ```
-//! `--json` prints `{"strategies":[{"name":..,"calls":..,"completion_ms":..}]}` as the last
-//! stdout line; `--plot DIR` writes `calls.svg` and `completion.svg` (a sweep over client counts).
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
@@ -25,7 +12,9 @@ use std::error::Error;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use clap::Parser;
 use flowguard::backoff::{Backoff, BackoffBounds, BackoffStrategy};
+use flowguard_harness::cli::positive;
 use plotters::prelude::*;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
@@ -138,48 +127,43 @@ fn compare(clients: usize, runs: u64, seed: u64, bounds: BackoffBounds) -> Vec<R
         .collect()
 }
 
+/// N clients contending for one resource, in the manner of the AWS Architecture Blog's
+/// "Exponential Backoff And Jitter" simulation, on virtual time.
+///
+/// Model (optimistic concurrency): every client wants one successful write and all start at
+/// t = 0. A call travels to the resource (one-way latency uniform in 1..3 ms), and the write
+/// lands there. The resource commits at most one write per 1 ms slot: the first write to land
+/// in a slot commits, every other write landing in the same slot conflicts (it read the
+/// version the winner just replaced). The client learns the outcome one latency later; on a
+/// conflict it waits its backoff delay and tries again. Backoff strategies use flowguard's
+/// iterators with base 10 ms and cap 100 ms (`--base-ms`, `--cap-ms`); "none" retries at once.
+///
+/// Reported per strategy (mean over `--runs` seeded runs): total calls (work done by the
+/// resource) and completion time (when the last client succeeded).
+#[derive(Parser)]
+#[command(verbatim_doc_comment, args_override_self = true)]
 struct Args {
+    /// Clients contending for the resource, each wanting one successful write.
+    #[arg(long, default_value_t = 100, value_name = "N", value_parser = positive::<usize>)]
     clients: usize,
+    /// Seeded runs per strategy; the figures are their mean.
+    #[arg(long, default_value_t = 20, value_name = "N", value_parser = positive::<u64>)]
     runs: u64,
+    /// Seed of the first run (the others follow it: seed + 1, seed + 2, ...).
+    #[arg(long, default_value_t = 1, value_name = "N")]
     seed: u64,
+    /// Base delay of the backoff strategies, in milliseconds.
+    #[arg(long, default_value_t = 10, value_name = "MS")]
     base_ms: u64,
+    /// Cap of the backoff delays, in milliseconds.
+    #[arg(long, default_value_t = 100, value_name = "MS")]
     cap_ms: u64,
+    /// Print `{"strategies":[{"name":..,"calls":..,"completion_ms":..}]}` as the last stdout line.
+    #[arg(long)]
     json: bool,
+    /// Write `calls.svg` and `completion.svg` into DIR (a sweep over 5 to 200 clients).
+    #[arg(long, value_name = "DIR")]
     plot: Option<PathBuf>,
-}
-
-fn parse_args() -> Result<Args, String> {
-    let mut args = Args {
-        clients: 100,
-        runs: 20,
-        seed: 1,
-        base_ms: 10,
-        cap_ms: 100,
-        json: false,
-        plot: None,
-    };
-    let mut it = std::env::args().skip(1);
-    while let Some(flag) = it.next() {
-        if flag == "--json" {
-            args.json = true;
-            continue;
-        }
-        let value = it.next().ok_or(format!("{flag} needs a value"))?;
-        let number = || value.parse::<u64>().map_err(|e| format!("{flag}: {e}"));
-        match flag.as_str() {
-            "--clients" => args.clients = number()? as usize,
-            "--runs" => args.runs = number()?,
-            "--seed" => args.seed = number()?,
-            "--base-ms" => args.base_ms = number()?,
-            "--cap-ms" => args.cap_ms = number()?,
-            "--plot" => args.plot = Some(PathBuf::from(&value)),
-            other => return Err(format!("unknown argument {other}")),
-        }
-    }
-    if args.clients == 0 || args.runs == 0 {
-        return Err("--clients and --runs must be at least 1".into());
-    }
-    Ok(args)
 }
 
 /// Which number of a [`Row`] a chart shows.
@@ -238,7 +222,7 @@ fn plot(dir: &PathBuf, sweep: &[(usize, Vec<Row>)]) -> Result<(), Box<dyn Error>
 }
 
 fn main() -> Result<(), Box<dyn Error>> {
-    let args = parse_args()?;
+    let args = Args::parse();
     let bounds = BackoffBounds::new(
         Duration::from_millis(args.base_ms),
         Duration::from_millis(args.cap_ms),

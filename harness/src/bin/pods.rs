@@ -1,21 +1,10 @@
-//! N simulated instances ("pods") of a service enforce one global quota on one key through Redis,
-//! each with its own store and connection, under more offered load than the quota.
+//! pods: simulated instances of a service share one global quota through Redis (what it measures
+//! and prints is described on [`Args`], which `--help` prints).
 //!
 //! ```text
 //! cargo run --release -p flowguard-harness --bin pods -- \
 //!     --redis redis://127.0.0.1:6379 --pods 8 --rate 1000 --burst 100 --batch 50 --seconds 3 --json
 //! ```
-//!
-//! `--mode one-tier` (or `--batch 1`) asks Redis for every decision; the default two-tier mode
-//! reserves `--batch` tokens per round trip and spends them locally. Flags: `--tasks N` callers per
-//! pod (default 4), `--prefix P` key prefix, `--timeout-ms MS` per Redis call.
-//!
-//! The last stdout line with `--json` is a JSON object: `mode`, `pods`, `batch`, `decisions`,
-//! `allowed`, `bound` (`burst + elapsed / T`, the most the quota allows in the run), `elapsed_s`,
-//! `p50_us`, `p99_us` (all decisions), `local_decisions` and `local_p99_us` (decisions answered
-//! on their first poll, i.e. from the reservoir without waiting on Redis), `redis_calls` and
-//! `calls_per_decision` (script runs counted by the server, `INFO commandstats`, server-wide),
-//! `degraded`, `errors`, `within_bound` (`allowed <= bound + pods * batch`).
 
 use std::future::Future;
 use std::pin::pin;
@@ -24,82 +13,81 @@ use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
+use clap::{Parser, ValueEnum};
 use flowguard::gcra::redis::RedisStore;
 use flowguard::gcra::remote::RemoteRateLimiter;
 use flowguard::gcra::two_tier::TwoTierLimiter;
 use flowguard::gcra::{KeyedLimit, Quota};
+use flowguard_harness::cli::{positive, seconds};
 use hdrhistogram::Histogram;
 
+/// N simulated instances ("pods") of a service enforce one global quota on one key through Redis,
+/// each with its own store and connection, under more offered load than the quota.
+///
+/// `--mode one-tier` (or `--batch 1`) asks Redis for every decision; the default two-tier mode
+/// reserves `--batch` tokens per round trip and spends them locally.
+#[derive(Parser)]
+#[command(verbatim_doc_comment, args_override_self = true)]
 struct Args {
+    /// The Redis server every pod connects to.
+    #[arg(long, default_value = "redis://127.0.0.1:6379", value_name = "URL")]
     redis: String,
+    /// Instances, each with its own store and connection.
+    #[arg(long, default_value_t = 8, value_name = "N", value_parser = positive::<usize>)]
     pods: usize,
+    /// Callers per pod.
+    #[arg(long, default_value_t = 4, value_name = "N", value_parser = positive::<usize>)]
     tasks: usize,
+    /// The global quota, in decisions per second.
+    #[arg(long, default_value_t = 1000, value_name = "R")]
     rate: u32,
+    /// The quota's burst.
+    #[arg(long, default_value_t = 100, value_name = "B")]
     burst: u32,
+    /// Tokens a two-tier pod reserves per round trip to Redis.
+    #[arg(long, default_value_t = 50, value_name = "N")]
     batch: u32,
+    /// How long the callers run, in seconds.
+    #[arg(long, default_value_t = 3.0, value_name = "S", value_parser = seconds)]
     seconds: f64,
-    json: bool,
+    /// How pods decide (default: two-tier when --batch is above 1, else one-tier).
+    #[arg(long, value_enum, value_name = "MODE")]
+    mode: Option<Mode>,
+    /// Key prefix in Redis.
+    #[arg(long, default_value = "flowguard-pods:", value_name = "P")]
     prefix: String,
-    timeout: Duration,
-    two_tier: bool,
+    /// Timeout of each Redis call, in milliseconds.
+    #[arg(long, default_value_t = 50, value_name = "MS")]
+    timeout_ms: u64,
+    /// Print a JSON object as the last stdout line.
+    ///
+    /// Its fields: `mode`, `pods`, `batch`, `decisions`, `allowed`, `bound` (`burst + elapsed / T`,
+    /// the most the quota allows in the run), `elapsed_s`, `p50_us`, `p99_us` (all decisions),
+    /// `local_decisions` and `local_p99_us` (decisions answered on their first poll, i.e. from the
+    /// reservoir without waiting on Redis), `redis_calls` and `calls_per_decision` (script runs
+    /// counted by the server, `INFO commandstats`, server-wide), `degraded`, `errors`,
+    /// `within_bound` (`allowed <= bound + pods * batch`).
+    #[arg(long)]
+    json: bool,
 }
 
-const USAGE: &str = "usage: pods [--redis URL] [--pods N] [--tasks N] [--rate R] [--burst B] [--batch N] \
-                     [--seconds S] [--mode one-tier|two-tier] [--prefix P] [--timeout-ms MS] [--json]";
+/// How a pod asks Redis.
+#[derive(Clone, Copy, ValueEnum)]
+enum Mode {
+    /// Every decision is a round trip to Redis.
+    OneTier,
+    /// Each round trip reserves --batch tokens, spent locally.
+    TwoTier,
+}
 
-fn parse_args() -> Result<Args, String> {
-    let mut a = Args {
-        redis: "redis://127.0.0.1:6379".into(),
-        pods: 8,
-        tasks: 4,
-        rate: 1000,
-        burst: 100,
-        batch: 50,
-        seconds: 3.0,
-        json: false,
-        prefix: "flowguard-pods:".into(),
-        timeout: Duration::from_millis(50),
-        two_tier: true,
-    };
-    let mut mode = None;
-    let mut it = std::env::args().skip(1);
-    while let Some(flag) = it.next() {
-        if flag == "--json" {
-            a.json = true;
-            continue;
-        }
-        let value = it
-            .next()
-            .ok_or_else(|| format!("{flag} needs a value\n{USAGE}"))?;
-        let bad = |e: &dyn std::fmt::Display| format!("{flag} {value}: {e}\n{USAGE}");
-        match flag.as_str() {
-            "--redis" => a.redis = value,
-            "--pods" => a.pods = value.parse().map_err(|e| bad(&e))?,
-            "--tasks" => a.tasks = value.parse().map_err(|e| bad(&e))?,
-            "--rate" => a.rate = value.parse().map_err(|e| bad(&e))?,
-            "--burst" => a.burst = value.parse().map_err(|e| bad(&e))?,
-            "--batch" => a.batch = value.parse().map_err(|e| bad(&e))?,
-            "--seconds" => a.seconds = value.parse().map_err(|e| bad(&e))?,
-            "--prefix" => a.prefix = value,
-            "--timeout-ms" => {
-                a.timeout = Duration::from_millis(value.parse().map_err(|e| bad(&e))?)
-            }
-            "--mode" => mode = Some(value),
-            _ => return Err(format!("unknown flag {flag}\n{USAGE}")),
+impl Args {
+    fn two_tier(&self) -> bool {
+        match self.mode {
+            None => self.batch > 1,
+            Some(Mode::TwoTier) => true,
+            Some(Mode::OneTier) => false,
         }
     }
-    a.two_tier = match mode.as_deref() {
-        None => a.batch > 1,
-        Some("two-tier") => true,
-        Some("one-tier") => false,
-        Some(other) => return Err(format!("--mode {other}: use one-tier or two-tier\n{USAGE}")),
-    };
-    if a.pods == 0 || a.tasks == 0 || a.seconds.is_nan() || a.seconds <= 0.0 {
-        return Err(format!(
-            "--pods, --tasks and --seconds must be positive\n{USAGE}"
-        ));
-    }
-    Ok(a)
 }
 
 /// What one caller saw.
@@ -186,16 +174,17 @@ async fn script_runs(url: &str) -> Option<u64> {
 }
 
 async fn run(a: Args) -> Result<(), Box<dyn std::error::Error>> {
+    let two_tier = a.two_tier();
     let quota = Quota::per_second(a.rate)?.with_burst(a.burst)?;
     let mut pods: Vec<Arc<dyn KeyedLimit>> = Vec::new();
     for _ in 0..a.pods {
         let store = RedisStore::builder(&a.redis)
             .prefix(&a.prefix)
-            .timeout(a.timeout)
+            .timeout(Duration::from_millis(a.timeout_ms))
             .connect()
             .await?;
         let limiter = RemoteRateLimiter::builder(store, quota).build()?;
-        pods.push(if a.two_tier {
+        pods.push(if two_tier {
             Arc::new(TwoTierLimiter::builder(limiter, a.batch).build()?)
         } else {
             Arc::new(limiter)
@@ -229,13 +218,13 @@ async fn run(a: Args) -> Result<(), Box<dyn std::error::Error>> {
 
     let interval = quota.emission_interval().as_secs_f64();
     let bound = (f64::from(a.burst) + elapsed.as_secs_f64() / interval).floor() as u64;
-    let slack = if a.two_tier {
+    let slack = if two_tier {
         a.pods as u64 * u64::from(a.batch)
     } else {
         0
     };
-    let mode = if a.two_tier { "two-tier" } else { "one-tier" };
-    let batch = if a.two_tier { a.batch } else { 1 };
+    let mode = if two_tier { "two-tier" } else { "one-tier" };
+    let batch = if two_tier { a.batch } else { 1 };
     println!(
         "{mode}: {} pods x {} callers, {:.2} s: {} decisions, {} allowed (bound {bound} + {slack}), \
          p50 {} us, p99 {} us, local p99 {} us over {} decisions, redis script runs {}",
@@ -279,18 +268,29 @@ async fn run(a: Args) -> Result<(), Box<dyn std::error::Error>> {
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    let args = match parse_args() {
-        Ok(a) => a,
-        Err(e) => {
-            eprintln!("{e}");
-            return ExitCode::from(2);
-        }
-    };
-    match run(args).await {
+    match run(Args::parse()).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("pods: {e}");
             ExitCode::FAILURE
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn two_tier(flags: &[&str]) -> bool {
+        let argv = std::iter::once("pods").chain(flags.iter().copied());
+        Args::try_parse_from(argv).unwrap().two_tier()
+    }
+
+    #[test]
+    fn the_mode_follows_the_batch_unless_named() {
+        assert!(two_tier(&[]));
+        assert!(!two_tier(&["--batch", "1"]));
+        assert!(two_tier(&["--batch", "1", "--mode", "two-tier"]));
+        assert!(!two_tier(&["--mode", "one-tier"]));
     }
 }

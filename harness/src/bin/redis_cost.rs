@@ -1,4 +1,5 @@
-//! What one rate-limit decision costs Redis: server CPU per call and memory per key.
+//! redis_cost: what one rate-limit decision costs Redis, server CPU per call and memory per key
+//! (the method and the output are described on [`Options`], which `--help` prints).
 //!
 //! ```text
 //! cargo run --release -p flowguard-harness --bin redis_cost -- [--json] [--redis URL [--allow-flush]]
@@ -6,41 +7,6 @@
 //!     [--mem-keys 1000] [--log-entries 1000] [--script NAME=PATH]... [--redis-server BIN]
 //!     [--throughput] [--multi-thread]
 //! ```
-//!
-//! Without `--redis` the example starts its own `redis-server` on a free loopback port (no
-//! persistence) and stops it on exit, Ctrl-C or error, so nobody else disturbs the statistics.
-//! With `--redis URL` it runs `FLUSHALL` and `CONFIG RESETSTAT` on that server, so it refuses a
-//! server holding keys unless `--allow-flush` is given.
-//!
-//! **CPU.** For each workload: `FLUSHALL`, a warm-up, `CONFIG RESETSTAT`, `--calls` calls with
-//! `--concurrency` in flight over one multiplexed connection, then `INFO commandstats`. The figure
-//! is `usec / calls` of the outer command (`cmdstat_evalsha`, or `cmdstat_set` for the plain SET)
-//! of the least disturbed of `--rounds` rounds (commandstats time is wall-clock time inside the
-//! command, so other processes on the machine can only add to it); the median round is printed
-//! too. The rounds interleave the workloads, so background noise spreads over all of them. A
-//! second figure, immune to preemption but covering the whole server process (network I/O and
-//! parsing included), is the growth of `used_cpu_user + used_cpu_sys` (`INFO cpu`) per call. Redis 7 also counts the commands a script runs (`GET`, `SET`,
-//! `TIME`) under their own names; the example prints them per call and checks, with a probe
-//! script around a deliberately slow `LPOS`, that the outer `evalsha` time includes them.
-//!
-//! Workloads: *new keys* (every call on a fresh key: GET misses, SET creates), *hot keys*
-//! (`--hot-keys` keys, generous quota: GET hits, SET overwrites) and *hot keys, denied* (quota of
-//! one per hour: after the first call per key everything is denied and nothing is written). The
-//! headline figure of each script is the mean of its two allowed workloads.
-//!
-//! Scripts: flowguard's (`src/gcra/redis/gcra.lua`, server `TIME`, cost 1), the same with an
-//! explicit client time (to price `TIME`), the naive reference (`harness/scripts/naive_gcra.lua`), two
-//! floors (an empty script with the same arguments; a script doing only `GET` + `SET .. PX`), and
-//! any `--script NAME=PATH` taking flowguard's `KEYS`/`ARGV`.
-//!
-//! **Memory.** `--mem-keys` keys per layout, all with a TTL: a GCRA key written by flowguard's
-//! script, a sliding-window log of `--log-entries` sorted-set members (timestamps), a token-bucket
-//! hash (`tokens`, `ts`) and a fixed-window counter (`INCR` + `PEXPIRE`). Reported: the mean of
-//! `MEMORY USAGE key SAMPLES 0`, and the `used_memory` delta divided by the number of keys (which
-//! also counts the expire-table entry that `MEMORY USAGE` leaves out).
-//!
-//! With `--json` the last stdout line is one JSON object: `cpu_us_per_call`,
-//! `ratio_flowguard_vs_naive`, `memory_bytes_per_key` and the details.
 
 use std::collections::BTreeMap;
 use std::error::Error;
@@ -48,6 +14,8 @@ use std::net::TcpListener;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use clap::Parser;
+use flowguard_harness::cli::positive;
 use redis::aio::MultiplexedConnection;
 use redis::{Cmd, Value};
 use serde_json::{Map, Value as Json, json};
@@ -120,97 +88,99 @@ impl Quota {
     }
 }
 
-/// Command-line options.
+/// What one rate-limit decision costs Redis: server CPU per call and memory per key.
+///
+/// Without `--redis` the program starts its own `redis-server` on a free loopback port (no
+/// persistence) and stops it on exit, Ctrl-C or error, so nobody else disturbs the statistics.
+/// With `--redis URL` it runs `FLUSHALL` and `CONFIG RESETSTAT` on that server, so it refuses a
+/// server holding keys unless `--allow-flush` is given.
+///
+/// **CPU.** For each workload: `FLUSHALL`, a warm-up, `CONFIG RESETSTAT`, `--calls` calls with
+/// `--concurrency` in flight over one multiplexed connection, then `INFO commandstats`. The figure
+/// is `usec / calls` of the outer command (`cmdstat_evalsha`, or `cmdstat_set` for the plain SET)
+/// of the least disturbed of `--rounds` rounds (commandstats time is wall-clock time inside the
+/// command, so other processes on the machine can only add to it); the median round is printed
+/// too. The rounds interleave the workloads, so background noise spreads over all of them. A
+/// second figure, immune to preemption but covering the whole server process (network I/O and
+/// parsing included), is the growth of `used_cpu_user + used_cpu_sys` (`INFO cpu`) per call. Redis 7 also counts the commands a script runs (`GET`, `SET`,
+/// `TIME`) under their own names; the program prints them per call and checks, with a probe
+/// script around a deliberately slow `LPOS`, that the outer `evalsha` time includes them.
+///
+/// Workloads: *new keys* (every call on a fresh key: GET misses, SET creates), *hot keys*
+/// (`--hot-keys` keys, generous quota: GET hits, SET overwrites) and *hot keys, denied* (quota of
+/// one per hour: after the first call per key everything is denied and nothing is written). The
+/// headline figure of each script is the mean of its two allowed workloads.
+///
+/// Scripts: flowguard's (`src/gcra/redis/gcra.lua`, server `TIME`, cost 1), the same with an
+/// explicit client time (to price `TIME`), the naive reference (`harness/scripts/naive_gcra.lua`), two
+/// floors (an empty script with the same arguments; a script doing only `GET` + `SET .. PX`), and
+/// any `--script NAME=PATH` taking flowguard's `KEYS`/`ARGV`.
+///
+/// **Memory.** `--mem-keys` keys per layout, all with a TTL: a GCRA key written by flowguard's
+/// script, a sliding-window log of `--log-entries` sorted-set members (timestamps), a token-bucket
+/// hash (`tokens`, `ts`) and a fixed-window counter (`INCR` + `PEXPIRE`). Reported: the mean of
+/// `MEMORY USAGE key SAMPLES 0`, and the `used_memory` delta divided by the number of keys (which
+/// also counts the expire-table entry that `MEMORY USAGE` leaves out).
+///
+/// With `--json` the last stdout line is one JSON object: `cpu_us_per_call`,
+/// `ratio_flowguard_vs_naive`, `memory_bytes_per_key` and the details.
+#[derive(Parser)]
+#[command(verbatim_doc_comment, args_override_self = true)]
 struct Options {
+    /// Measure this server (it gets FLUSHALL + CONFIG RESETSTAT!); default: start one.
+    #[arg(long, value_name = "URL")]
     redis: Option<String>,
-    server_bin: String,
-    calls: usize,
-    rounds: usize,
-    concurrency: usize,
-    hot_keys: usize,
-    mem_keys: usize,
-    log_entries: usize,
-    json: bool,
-    throughput: bool,
-    multi_thread: bool,
+    /// With --redis: run even if the server holds keys (they are all deleted).
+    #[arg(long)]
     allow_flush: bool,
+    /// The redis-server binary to start.
+    #[arg(
+        long = "redis-server",
+        default_value = "redis-server",
+        value_name = "BIN"
+    )]
+    server_bin: String,
+    /// Calls per workload and round.
+    #[arg(long, default_value_t = 100_000, value_name = "N", value_parser = positive::<usize>)]
+    calls: usize,
+    /// Rounds; the least disturbed is reported, and the median.
+    #[arg(long, default_value_t = 5, value_name = "R", value_parser = positive::<usize>)]
+    rounds: usize,
+    /// Calls in flight.
+    #[arg(long, default_value_t = 16, value_name = "C", value_parser = positive::<usize>)]
+    concurrency: usize,
+    /// Keys of the hot workloads.
+    #[arg(long, default_value_t = 100, value_name = "H", value_parser = positive::<usize>)]
+    hot_keys: usize,
+    /// Keys per memory layout.
+    #[arg(long, default_value_t = 1_000, value_name = "K", value_parser = positive::<usize>)]
+    mem_keys: usize,
+    /// Members per sliding-window log.
+    #[arg(long, default_value_t = 1_000, value_name = "E", value_parser = positive::<usize>)]
+    log_entries: usize,
+    /// Also measure a script taking flowguard's KEYS/ARGV (repeatable).
+    #[arg(long = "script", value_name = "NAME=PATH", value_parser = script)]
     extra_scripts: Vec<(String, String)>,
+    /// Only the client-side reference: EVALSHA of flowguard's script per second through one
+    /// multiplexed connection, --concurrency tasks, --calls per round.
+    #[arg(long)]
+    throughput: bool,
+    /// Client on tokio's multi-thread runtime (default: one client thread).
+    #[arg(long)]
+    multi_thread: bool,
+    /// Print a JSON object as the last line.
+    #[arg(long)]
+    json: bool,
 }
 
-impl Options {
-    fn parse() -> Result<Self> {
-        let mut options = Options {
-            redis: None,
-            server_bin: "redis-server".to_owned(),
-            calls: 100_000,
-            rounds: 5,
-            concurrency: 16,
-            hot_keys: 100,
-            mem_keys: 1_000,
-            log_entries: 1_000,
-            json: false,
-            throughput: false,
-            multi_thread: false,
-            allow_flush: false,
-            extra_scripts: Vec::new(),
-        };
-        let mut args = std::env::args().skip(1);
-        while let Some(flag) = args.next() {
-            let mut value = || args.next().ok_or_else(|| format!("{flag} needs a value"));
-            match flag.as_str() {
-                "--json" => options.json = true,
-                "--throughput" => options.throughput = true,
-                "--allow-flush" => options.allow_flush = true,
-                "--multi-thread" => options.multi_thread = true,
-                "--redis" => options.redis = Some(value()?),
-                "--redis-server" => options.server_bin = value()?,
-                "--calls" => options.calls = positive(&flag, &value()?)?,
-                "--rounds" => options.rounds = positive(&flag, &value()?)?,
-                "--concurrency" => options.concurrency = positive(&flag, &value()?)?,
-                "--hot-keys" => options.hot_keys = positive(&flag, &value()?)?,
-                "--mem-keys" => options.mem_keys = positive(&flag, &value()?)?,
-                "--log-entries" => options.log_entries = positive(&flag, &value()?)?,
-                "--script" => {
-                    let spec = value()?;
-                    let (name, path) = spec
-                        .split_once('=')
-                        .ok_or_else(|| format!("--script wants NAME=PATH, got {spec:?}"))?;
-                    let source = std::fs::read_to_string(path)
-                        .map_err(|e| format!("--script {name}: cannot read {path}: {e}"))?;
-                    options.extra_scripts.push((name.to_owned(), source));
-                }
-                "-h" | "--help" => {
-                    println!("{}", HELP);
-                    std::process::exit(0);
-                }
-                other => return Err(format!("unknown argument {other:?}; try --help").into()),
-            }
-        }
-        Ok(options)
-    }
-}
-
-const HELP: &str = "redis_cost: server CPU per call and memory per key of rate-limit layouts on Redis
-  --redis URL          measure this server (it gets FLUSHALL + CONFIG RESETSTAT!); default: start one
-  --allow-flush        with --redis: run even if the server holds keys (they are all deleted)
-  --redis-server BIN   redis-server binary to start (default: redis-server)
-  --calls N            calls per workload and round (default 100000)
-  --rounds R           rounds; the least disturbed is reported, and the median (default 5)
-  --concurrency C      calls in flight (default 16)
-  --hot-keys H         keys of the hot workloads (default 100)
-  --mem-keys K         keys per memory layout (default 1000)
-  --log-entries E      members per sliding-window log (default 1000)
-  --script NAME=PATH   also measure a script taking flowguard's KEYS/ARGV
-  --throughput         only the client-side reference: EVALSHA of flowguard's script per second
-                       through one multiplexed connection, --concurrency tasks, --calls per round
-  --multi-thread       client on tokio's multi-thread runtime (default: one client thread)
-  --json               print a JSON object as the last line";
-
-fn positive(flag: &str, text: &str) -> Result<usize> {
-    match text.parse::<usize>() {
-        Ok(n) if n > 0 => Ok(n),
-        _ => Err(format!("{flag} wants a positive integer, got {text:?}").into()),
-    }
+/// `--script NAME=PATH`: the name to report it under, and the script read from PATH.
+fn script(spec: &str) -> std::result::Result<(String, String), String> {
+    let (name, path) = spec
+        .split_once('=')
+        .ok_or_else(|| format!("wants NAME=PATH, got {spec:?}"))?;
+    let source =
+        std::fs::read_to_string(path).map_err(|e| format!("{name}: cannot read {path}: {e}"))?;
+    Ok((name.to_owned(), source))
 }
 
 /// A `redis-server` this process started; killed when dropped (normal exit, error, panic).
@@ -275,13 +245,7 @@ async fn connect(url: &str) -> Result<MultiplexedConnection> {
 }
 
 fn main() {
-    let options = match Options::parse() {
-        Ok(options) => options,
-        Err(e) => {
-            eprintln!("redis_cost: {e}");
-            std::process::exit(2);
-        }
-    };
+    let options = Options::parse();
     // One client thread by default: on a small machine the server needs the other cores.
     let runtime = if options.multi_thread {
         tokio::runtime::Builder::new_multi_thread()
@@ -453,7 +417,7 @@ impl Keys {
 /// What one call sends.
 #[derive(Clone)]
 enum Call {
-    /// flowguard's KEYS/ARGV convention; `server_time` sends "" as the time (ARGV[6]).
+    /// flowguard's KEYS/ARGV convention; `server_time` sends "" as the time (`ARGV[6]`).
     Flowguard { sha: String, server_time: bool },
     /// The naive script: client seconds as a float, T in seconds, burst, cost.
     Naive { sha: String },
@@ -1232,6 +1196,32 @@ mod tests {
         cmdstat_get:calls=100000,usec=25272,usec_per_call=0.25,rejected_calls=0,failed_calls=0\r\n\
         cmdstat_config|resetstat:calls=1,usec=111,usec_per_call=111.00,rejected_calls=0,failed_calls=0\r\n\
         cmdstat_evalsha:calls=100000,usec=607983,usec_per_call=6.08,rejected_calls=0,failed_calls=0\r\n";
+
+    #[test]
+    fn scripts_are_named_read_and_repeatable() {
+        let naive = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/naive_gcra.lua");
+        let (a, b) = (format!("a={naive}"), format!("b={naive}"));
+        let options =
+            Options::try_parse_from(["redis_cost", "--script", &a, "--script", &b]).unwrap();
+        let names: Vec<_> = options
+            .extra_scripts
+            .iter()
+            .map(|(n, _)| n.as_str())
+            .collect();
+        assert_eq!(names, ["a", "b"]);
+        assert!(
+            options
+                .extra_scripts
+                .iter()
+                .all(|(_, lua)| lua == NAIVE_LUA)
+        );
+        assert!(script("no-path").unwrap_err().contains("NAME=PATH"));
+        assert!(
+            script("x=/nonexistent/x.lua")
+                .unwrap_err()
+                .contains("cannot read")
+        );
+    }
 
     #[test]
     fn commandstats_lines_become_calls_and_usec() {

@@ -1,87 +1,68 @@
-//! Load generator for the Redis store: `--tasks` tasks check random keys as fast as they can for
-//! `--seconds`, through one `RemoteRateLimiter<RedisStore>` (one multiplexed connection, or the cluster client).
+//! redis_load: load generator for the Redis store, through one `RemoteRateLimiter<RedisStore>` (what it runs and prints is described on
+//! [`Args`], which `--help` prints).
 //!
 //! ```text
 //! cargo run --release -p flowguard-harness --bin redis_load -- \
 //!     --redis redis://127.0.0.1:6379 --tasks 64 --seconds 3 --json [--prefix P] [--keys N] \
 //!     [--rate R --burst B --cost C] [--cluster URL,URL,...] [--threads N (default 1)]
 //! ```
-//!
-//! Prints a summary and, as the last stdout line with `--json`, a JSON object with `decisions`,
-//! `allowed`, `denied`, `degraded`, `errors`, `decisions_per_sec`, and latency percentiles
-//! `p50_us`, `p90_us`, `p99_us`, `p999_us`, `max_us` (hdrhistogram).
 
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
+use clap::{ArgAction, Parser};
 use flowguard::gcra::Quota;
 use flowguard::gcra::redis::RedisStore;
 use flowguard::gcra::remote::RemoteRateLimiter;
+use flowguard_harness::cli::{positive, seconds};
 use hdrhistogram::Histogram;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
+/// Load generator for the Redis store: `--tasks` tasks check random keys as fast as they can for
+/// `--seconds`, through one `RedisRateLimiter` (one multiplexed connection, or the cluster client).
+///
+/// Prints a summary and, with `--json`, a JSON object as the last stdout line.
+#[derive(Parser)]
+#[command(verbatim_doc_comment, args_override_self = true)]
 struct Args {
+    /// The Redis server (standalone).
+    #[arg(long, default_value = "redis://127.0.0.1:6379", value_name = "URL")]
     redis: String,
+    /// Redis Cluster nodes, comma-separated; replaces --redis.
+    #[arg(long, value_delimiter = ',', action = ArgAction::Set, value_name = "URL,URL,...")]
     cluster: Option<Vec<String>>,
+    /// Tasks checking keys concurrently.
+    #[arg(long, default_value_t = 64, value_name = "N", value_parser = positive::<usize>)]
     tasks: usize,
+    /// How long the tasks run, in seconds.
+    #[arg(long, default_value_t = 3.0, value_name = "S", value_parser = seconds)]
     seconds: f64,
+    /// Print a JSON object as the last stdout line.
+    ///
+    /// Its fields: `topology`, `tasks`, `seconds`, `keys`, `prefix`, `decisions`, `allowed`,
+    /// `denied`, `degraded`, `errors`, `decisions_per_sec`, and latency percentiles `p50_us`,
+    /// `p90_us`, `p99_us`, `p999_us`, `max_us` (hdrhistogram).
+    #[arg(long)]
     json: bool,
+    /// Key prefix in Redis.
+    #[arg(long, default_value = "flowguard-load:", value_name = "P")]
     prefix: String,
+    /// Keys the tasks pick from at random.
+    #[arg(long, default_value_t = 100_000, value_name = "N", value_parser = positive::<u64>)]
     keys: u64,
+    /// The quota of every key, in decisions per second.
+    #[arg(long, default_value_t = 100, value_name = "R")]
     rate: u32,
+    /// The quota's burst.
+    #[arg(long, default_value_t = 100, value_name = "B")]
     burst: u32,
+    /// Tokens each check takes.
+    #[arg(long, default_value_t = 1, value_name = "C")]
     cost: u32,
+    /// Client threads (0 or 1: one thread, so the Redis server keeps the other cores).
+    #[arg(long, default_value_t = 1, value_name = "N")]
     threads: usize,
-}
-
-const USAGE: &str = "usage: redis_load [--redis URL] [--cluster URL,URL,...] [--tasks N] [--seconds S] [--json] \
-                     [--prefix P] [--keys N] [--rate R] [--burst B] [--cost C] [--threads N]";
-
-fn parse_args() -> Result<Args, String> {
-    let mut args = Args {
-        redis: "redis://127.0.0.1:6379".into(),
-        cluster: None,
-        tasks: 64,
-        seconds: 3.0,
-        json: false,
-        prefix: "flowguard-load:".into(),
-        keys: 100_000,
-        rate: 100,
-        burst: 100,
-        cost: 1,
-        threads: 1,
-    };
-    let mut it = std::env::args().skip(1);
-    while let Some(flag) = it.next() {
-        if flag == "--json" {
-            args.json = true;
-            continue;
-        }
-        let value = it
-            .next()
-            .ok_or_else(|| format!("{flag} needs a value\n{USAGE}"))?;
-        let bad = |e: &dyn std::fmt::Display| format!("{flag} {value}: {e}\n{USAGE}");
-        match flag.as_str() {
-            "--redis" => args.redis = value,
-            "--cluster" => args.cluster = Some(value.split(',').map(str::to_string).collect()),
-            "--tasks" => args.tasks = value.parse().map_err(|e| bad(&e))?,
-            "--seconds" => args.seconds = value.parse().map_err(|e| bad(&e))?,
-            "--prefix" => args.prefix = value,
-            "--keys" => args.keys = value.parse().map_err(|e| bad(&e))?,
-            "--threads" => args.threads = value.parse().map_err(|e| bad(&e))?,
-            "--rate" => args.rate = value.parse().map_err(|e| bad(&e))?,
-            "--burst" => args.burst = value.parse().map_err(|e| bad(&e))?,
-            "--cost" => args.cost = value.parse().map_err(|e| bad(&e))?,
-            _ => return Err(format!("unknown flag {flag}\n{USAGE}")),
-        }
-    }
-    if args.tasks == 0 || args.keys == 0 || args.seconds.is_nan() || args.seconds <= 0.0 {
-        return Err(format!(
-            "--tasks, --keys and --seconds must be positive\n{USAGE}"
-        ));
-    }
-    Ok(args)
 }
 
 #[derive(Default)]
@@ -93,13 +74,7 @@ struct Tally {
 }
 
 fn main() -> ExitCode {
-    let args = match parse_args() {
-        Ok(a) => a,
-        Err(e) => {
-            eprintln!("{e}");
-            return ExitCode::from(2);
-        }
-    };
+    let args = Args::parse();
     // One client thread by default: on a small machine the Redis server needs the other cores,
     // and a single-threaded runtime drives one multiplexed connection faster.
     let runtime = match args.threads {
@@ -214,4 +189,33 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         println!("{json}");
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cluster(flags: &[&str]) -> Option<Vec<String>> {
+        let argv = std::iter::once("redis_load").chain(flags.iter().copied());
+        Args::try_parse_from(argv).unwrap().cluster
+    }
+
+    #[test]
+    fn cluster_nodes_are_comma_separated_and_the_last_flag_wins() {
+        let nodes = |urls: &[&str]| Some(urls.iter().map(|u| u.to_string()).collect());
+        assert_eq!(cluster(&[]), None);
+        assert_eq!(
+            cluster(&["--cluster", "redis://a:1"]),
+            nodes(&["redis://a:1"])
+        );
+        assert_eq!(
+            cluster(&[
+                "--cluster",
+                "redis://a:1",
+                "--cluster",
+                "redis://b:2,redis://c:3"
+            ]),
+            nodes(&["redis://b:2", "redis://c:3"])
+        );
+    }
 }

@@ -1,6 +1,5 @@
-//! Load generator for `flowguard-rls`: `--concurrency` tasks send `ShouldRateLimit` calls (one
-//! descriptor `client=<random of --keys>` in `--domain`) as fast as the service answers, for
-//! `--seconds`, over `--connections` HTTP/2 connections.
+//! rls_load: load generator for `flowguard-rls` (what it sends and prints is described on
+//! [`Args`], which `--help` prints).
 //!
 //! ```text
 //! cargo run --release --features rls --bin flowguard-rls -- --config harness/rls_load.yaml &
@@ -8,82 +7,58 @@
 //!     --addr 127.0.0.1:8081 --concurrency 64 --seconds 10 --json \
 //!     [--connections 4] [--domain load] [--keys 10000] [--threads 1]
 //! ```
-//!
-//! Prints a summary and, as the last stdout line with `--json`, a JSON object with `decisions`,
-//! `over_limit`, `errors`, `decisions_per_sec`, and latency percentiles `p50_us`, `p90_us`,
-//! `p99_us`, `max_us` (hdrhistogram, per call, client side).
 
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
+use clap::Parser;
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
+use flowguard_harness::cli::{positive, seconds};
 use hdrhistogram::Histogram;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use tonic::transport::Channel;
 
+/// Load generator for `flowguard-rls`: `--concurrency` tasks send `ShouldRateLimit` calls (one
+/// descriptor `client=<random of --keys>` in `--domain`) as fast as the service answers, for
+/// `--seconds`, over `--connections` HTTP/2 connections.
+///
+/// Prints a summary and, with `--json`, a JSON object as the last stdout line.
+#[derive(Parser)]
+#[command(verbatim_doc_comment, args_override_self = true)]
 struct Args {
+    /// The service's gRPC address.
+    #[arg(long, default_value = "127.0.0.1:8081", value_name = "HOST:PORT")]
     addr: String,
+    /// Tasks sending calls concurrently.
+    #[arg(long, default_value_t = 64, value_name = "N", value_parser = positive::<usize>)]
     concurrency: usize,
+    /// HTTP/2 connections the tasks share (task i uses connection i mod N).
+    #[arg(long, default_value_t = 4, value_name = "N", value_parser = positive::<usize>)]
     connections: usize,
+    /// How long the tasks run, in seconds.
+    #[arg(long, default_value_t = 10.0, value_name = "S", value_parser = seconds)]
     seconds: f64,
+    /// Print a JSON object as the last stdout line.
+    ///
+    /// Its fields: `decisions`, `over_limit`, `errors`, `decisions_per_sec`, latency percentiles
+    /// `p50_us`, `p90_us`, `p99_us`, `max_us` (hdrhistogram, per call, client side),
+    /// `concurrency`, `connections` and `seconds`.
+    #[arg(long)]
     json: bool,
+    /// The rate limit domain of every call.
+    #[arg(long, default_value = "load", value_name = "D")]
     domain: String,
+    /// Client values the tasks pick from at random.
+    #[arg(long, default_value_t = 10_000, value_name = "N", value_parser = positive::<u64>)]
     keys: u64,
+    /// Worker threads of the client's runtime.
+    #[arg(long, default_value_t = 1, value_name = "N", value_parser = positive::<usize>)]
     threads: usize,
-}
-
-const USAGE: &str = "usage: rls_load --addr HOST:PORT [--concurrency N] [--connections N] \
-                     [--seconds S] [--json] [--domain D] [--keys N] [--threads N]";
-
-fn parse_args() -> Result<Args, String> {
-    let mut args = Args {
-        addr: "127.0.0.1:8081".into(),
-        concurrency: 64,
-        connections: 4,
-        seconds: 10.0,
-        json: false,
-        domain: "load".into(),
-        keys: 10_000,
-        threads: 1,
-    };
-    let mut it = std::env::args().skip(1);
-    while let Some(flag) = it.next() {
-        if flag == "--json" {
-            args.json = true;
-            continue;
-        }
-        let value = it
-            .next()
-            .ok_or_else(|| format!("{flag} needs a value\n{USAGE}"))?;
-        let bad = |e: &dyn std::fmt::Display| format!("{flag} {value}: {e}\n{USAGE}");
-        match flag.as_str() {
-            "--addr" => args.addr = value,
-            "--concurrency" => args.concurrency = value.parse().map_err(|e| bad(&e))?,
-            "--connections" => args.connections = value.parse().map_err(|e| bad(&e))?,
-            "--seconds" => args.seconds = value.parse().map_err(|e| bad(&e))?,
-            "--domain" => args.domain = value,
-            "--keys" => args.keys = value.parse().map_err(|e| bad(&e))?,
-            "--threads" => args.threads = value.parse().map_err(|e| bad(&e))?,
-            _ => return Err(format!("unknown flag {flag}\n{USAGE}")),
-        }
-    }
-    if args.concurrency == 0
-        || args.connections == 0
-        || args.keys == 0
-        || args.threads == 0
-        || args.seconds.is_nan()
-        || args.seconds <= 0.0
-    {
-        return Err(format!(
-            "--concurrency, --connections, --keys, --threads and --seconds must be positive\n{USAGE}"
-        ));
-    }
-    Ok(args)
 }
 
 #[derive(Default)]
@@ -95,13 +70,7 @@ struct Tally {
 }
 
 fn main() -> ExitCode {
-    let args = match parse_args() {
-        Ok(a) => a,
-        Err(e) => {
-            eprintln!("{e}");
-            return ExitCode::from(2);
-        }
-    };
+    let args = Args::parse();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(args.threads)
         .enable_all()

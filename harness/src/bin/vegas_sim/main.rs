@@ -1,28 +1,6 @@
-//! Deterministic discrete-event simulation of flowguard's adaptive concurrency limiter.
-//!
-//! A downstream with a fixed number of concurrent slots, a service time and a bounded queue behind
-//! the slots is offered 3x its capacity (Poisson arrivals). Mid-run its service time triples; later
-//! it recovers. Every arrival asks a real [`Limiter`] (on a [`ManualClock`] that the simulation
-//! advances, so nothing sleeps) for a permit with `try_acquire`; rejected calls are shed at once.
-//! Admitted calls take a slot, wait in the queue, or are rejected by the full queue (a fast
-//! failure, reported as `dropped`). Completed calls report `success`.
-//!
-//! For each algorithm (vegas, aimd, gradient, fixed) it prints:
-//! - `goodput_ratio`: successful calls / what the downstream could have completed over the run;
-//! - `p99_latency_ratio`: p99 over successful calls of `latency / own service time` (1.0 = no
-//!   queueing; the unloaded latency of a call is its service time);
-//! - `reconverge_s`: seconds after each change (slowdown, recovery) until goodput >= 90 % and
-//!   p99 ratio <= 2 hold for one second of 250 ms windows (`null` if never within the phase);
-//!   the JSON field `reconverge_s` is the worse of the two, `reconverge_each_s` lists both;
-//! - `limit_settle_each_s`: seconds after each change until the limit stays (for one second)
-//!   within 15 % of where it ends the phase, whether or not that level is healthy.
-//!
-//! With `--step`, it runs the capacity-step scenarios instead (see `step.rs`): a backend of 4
-//! workers at 10 ms whose service time steps to 25 ms, and one of 8 workers at 10 ms of which 4
-//! go away, each behind an unbounded queue, offered 3x its capacity by clients that wait up to
-//! 50 ms for a permit and give up after 1 s; for vegas, aimd, gradient and fixed limits of 4 and
-//! 16 it prints goodput per second around the step, p50/p99 latency, the limit over time and how
-//! long the limit spent below the worker count.
+//! vegas_sim: flowguard's adaptive concurrency limiters against a downstream that slows down and
+//! recovers, on a virtual clock (the scenarios and figures are described on [`Args`], which
+//! `--help` prints).
 //!
 //! ```text
 //! cargo run --release -p flowguard-harness --bin vegas_sim -- [--json] [--plot DIR] [--seed N] [--slots N] [--step]
@@ -36,10 +14,12 @@ use std::error::Error;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use clap::Parser;
 use flowguard::clock::ManualClock;
 use flowguard::vegas::{
     Aimd, Fixed, Gradient, LimitAlgorithm, LimitBounds, Limiter, OwnedPermit, Vegas,
 };
+use flowguard_harness::cli::positive;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
@@ -439,32 +419,59 @@ fn json(reports: &[Report]) -> String {
     serde_json::json!({ "algorithms": algorithms }).to_string()
 }
 
+/// Deterministic discrete-event simulation of flowguard's adaptive concurrency limiter.
+///
+/// A downstream with a fixed number of concurrent slots, a service time and a bounded queue behind
+/// the slots is offered 3x its capacity (Poisson arrivals). Mid-run its service time triples; later
+/// it recovers. Every arrival asks a real `Limiter` (on a `ManualClock` that the simulation
+/// advances, so nothing sleeps) for a permit with `try_acquire`; rejected calls are shed at once.
+/// Admitted calls take a slot, wait in the queue, or are rejected by the full queue (a fast
+/// failure, reported as `dropped`). Completed calls report `success`.
+///
+/// For each algorithm (vegas, aimd, gradient, fixed) it prints:
+/// - `goodput_ratio`: successful calls / what the downstream could have completed over the run;
+/// - `p99_latency_ratio`: p99 over successful calls of `latency / own service time` (1.0 = no
+///   queueing; the unloaded latency of a call is its service time);
+/// - `reconverge_s`: seconds after each change (slowdown, recovery) until goodput >= 90 % and
+///   p99 ratio <= 2 hold for one second of 250 ms windows (`null` if never within the phase);
+///   the JSON field `reconverge_s` is the worse of the two, `reconverge_each_s` lists both;
+/// - `limit_settle_each_s`: seconds after each change until the limit stays (for one second)
+///   within 15 % of where it ends the phase, whether or not that level is healthy.
+///
+/// With `--step`, it runs the capacity-step scenarios instead (see `step.rs`): a backend of 4
+/// workers at 10 ms whose service time steps to 25 ms, and one of 8 workers at 10 ms of which 4
+/// go away, each behind an unbounded queue, offered 3x its capacity by clients that wait up to
+/// 50 ms for a permit and give up after 1 s; for vegas, aimd, gradient and fixed limits of 4 and
+/// 16 it prints goodput per second around the step, p50/p99 latency, the limit over time and how
+/// long the limit spent below the worker count.
+#[derive(Parser)]
+#[command(verbatim_doc_comment, args_override_self = true)]
+struct Args {
+    /// Print the figures as one JSON object on the last stdout line: `{"algorithms":[..]}`, or
+    /// with --step `{"step_scenarios":[..]}`.
+    #[arg(long)]
+    json: bool,
+    /// Write `vegas_sim.svg` into DIR: limit, in-flight calls and p99 latency over time, per
+    /// algorithm (not with --step).
+    #[arg(long, value_name = "DIR")]
+    plot: Option<PathBuf>,
+    /// Seed of the arrivals and service times.
+    #[arg(long, default_value_t = 7, value_name = "N")]
+    seed: u64,
+    /// Concurrent slots of the downstream; its queue holds twice as many (not with --step).
+    #[arg(long, default_value_t = 50, value_name = "N", value_parser = positive::<usize>)]
+    slots: usize,
+    /// Run the capacity-step scenarios instead.
+    #[arg(long)]
+    step: bool,
+}
+
 fn main() -> Result<(), Box<dyn Error>> {
-    let mut args = std::env::args().skip(1);
-    let (mut as_json, mut plot_dir, mut seed, mut slots) = (false, None, 7_u64, 50_usize);
-    let mut steps = false;
-    while let Some(arg) = args.next() {
-        match arg.as_str() {
-            "--json" => as_json = true,
-            "--step" => steps = true,
-            "--plot" => plot_dir = Some(PathBuf::from(args.next().ok_or("--plot needs a DIR")?)),
-            "--seed" => seed = args.next().ok_or("--seed needs a number")?.parse()?,
-            "--slots" => slots = args.next().ok_or("--slots needs a number")?.parse()?,
-            other => {
-                return Err(format!(
-                    "unknown argument `{other}`; use --json, --plot DIR, --seed N, --slots N, --step"
-                )
-                .into());
-            }
-        }
+    let args = Args::parse();
+    if args.step {
+        return run_steps(args.seed, args.json);
     }
-    if slots == 0 {
-        return Err("--slots must be at least 1".into());
-    }
-    if steps {
-        return run_steps(seed, as_json);
-    }
-    let scenario = Scenario::standard(seed, slots);
+    let scenario = Scenario::standard(args.seed, args.slots);
     println!(
         "downstream: {} slots, {:?} service (+/-{}%), queue {}; offered {}x capacity; {}x slowdown at {:?}, recovery at {:?}, end {:?}; seed {}",
         scenario.slots,
@@ -510,11 +517,11 @@ fn main() -> Result<(), Box<dyn Error>> {
             r.dropped
         );
     }
-    if let Some(dir) = plot_dir {
+    if let Some(dir) = args.plot {
         let path = plot(&dir, &scenario, &reports)?;
         println!("plot: {}", path.display());
     }
-    if as_json {
+    if args.json {
         println!("{}", json(&reports));
     }
     Ok(())
