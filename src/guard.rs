@@ -7,10 +7,7 @@ use std::time::Duration;
 
 use crate::backoff::{AttemptEnd, AttemptHook, Classification, RetryError, RetryPolicy};
 use crate::gcra::{CheckError, Decision, KeyedLimit};
-use crate::vegas::{AcquireError, Limiter, Permit};
-
-/// Default time an outbound call waits for a concurrency permit before it is shed.
-pub const DEFAULT_ACQUIRE_TIMEOUT: Duration = Duration::from_millis(50);
+use crate::vegas::{AcquireError, DEFAULT_ACQUIRE_TIMEOUT, Limiter, Permit};
 
 /// Overload protection for one service: admit inbound requests by quota, and make outbound calls
 /// under an adaptive concurrency limit with retries that back off and honour `Retry-After`.
@@ -94,7 +91,7 @@ impl GuardBuilder {
         self
     }
 
-    /// How long an outbound call waits for a permit before it is shed (default [`DEFAULT_ACQUIRE_TIMEOUT`]).
+    /// How long an outbound call waits for a permit before it is shed (default [`DEFAULT_ACQUIRE_TIMEOUT`](crate::vegas::DEFAULT_ACQUIRE_TIMEOUT)).
     pub fn acquire_timeout(mut self, timeout: Duration) -> Self {
         self.acquire_timeout = Some(timeout);
         self

@@ -13,4 +13,4 @@ pub mod headers;
 pub mod rls;
 pub mod vegas;
 
-pub use guard::{AdmitError, DEFAULT_ACQUIRE_TIMEOUT, Guard, GuardBuilder, GuardError};
+pub use guard::{AdmitError, Guard, GuardBuilder, GuardError};

@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use super::error::{AcquireError, ConfigError};
-use super::limiter::{Limiter, PartitionId, Permit};
+use super::limiter::{DEFAULT_ACQUIRE_TIMEOUT, Limiter, PartitionId, Permit};
 
 /// A limiter, the partition calls count against, and the wait bound.
 #[derive(Debug, Clone)]
@@ -17,12 +17,12 @@ pub(crate) struct Admission {
 
 impl Admission {
     /// Permits from `limiter`'s default partition, waiting up to
-    /// [`DEFAULT_ACQUIRE_TIMEOUT`](crate::DEFAULT_ACQUIRE_TIMEOUT) for one.
+    /// [`DEFAULT_ACQUIRE_TIMEOUT`](crate::vegas::DEFAULT_ACQUIRE_TIMEOUT) for one.
     pub(crate) fn new(limiter: Limiter) -> Self {
         Self {
             limiter,
             partition: PartitionId::DEFAULT,
-            max_wait: crate::DEFAULT_ACQUIRE_TIMEOUT,
+            max_wait: DEFAULT_ACQUIRE_TIMEOUT,
         }
     }
 
@@ -67,7 +67,7 @@ impl AdmissionBuilder {
         Self {
             limiter,
             partition: None,
-            max_wait: crate::DEFAULT_ACQUIRE_TIMEOUT,
+            max_wait: DEFAULT_ACQUIRE_TIMEOUT,
         }
     }
 

@@ -76,6 +76,6 @@ pub use algorithms::{
 pub use classify::{HttpClassifier, OutcomeClassifier};
 pub use error::{AcquireError, ConfigError, Shed};
 pub use limiter::{
-    DEFAULT_PARTITION, Limiter, LimiterBuilder, LimiterSnapshot, OwnedPermit, PartitionId, Permit,
-    QueueOrder,
+    DEFAULT_ACQUIRE_TIMEOUT, DEFAULT_PARTITION, Limiter, LimiterBuilder, LimiterSnapshot,
+    OwnedPermit, PartitionId, Permit, QueueOrder,
 };

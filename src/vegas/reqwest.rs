@@ -65,7 +65,7 @@ pub struct AdaptiveConcurrencyMiddleware<C = HttpClassifier> {
 
 impl AdaptiveConcurrencyMiddleware {
     /// The [builder](Self::builder) with defaults: permits from `limiter`'s default partition,
-    /// waiting up to [`DEFAULT_ACQUIRE_TIMEOUT`](crate::DEFAULT_ACQUIRE_TIMEOUT) (50 ms) for
+    /// waiting up to [`DEFAULT_ACQUIRE_TIMEOUT`](crate::vegas::DEFAULT_ACQUIRE_TIMEOUT) (50 ms) for
     /// one, outcomes from [`HttpClassifier`].
     pub fn new(limiter: Limiter) -> Self {
         Self {
@@ -131,7 +131,7 @@ pub struct AdaptiveConcurrencyMiddlewareBuilder<C = HttpClassifier> {
 
 impl<C> AdaptiveConcurrencyMiddlewareBuilder<C> {
     /// How long a request waits for a permit when the limit is reached before it is shed with
-    /// [`Shed`] (default [`DEFAULT_ACQUIRE_TIMEOUT`](crate::DEFAULT_ACQUIRE_TIMEOUT), 50 ms),
+    /// [`Shed`] (default [`DEFAULT_ACQUIRE_TIMEOUT`](crate::vegas::DEFAULT_ACQUIRE_TIMEOUT), 50 ms),
     /// served in the limiter's [`QueueOrder`](crate::vegas::QueueOrder). `Duration::ZERO`
     /// sheds at once, without queueing.
     pub fn max_wait(mut self, max_wait: Duration) -> Self {

@@ -23,7 +23,7 @@ pub struct AdaptiveConcurrencyLayer<C = HttpClassifier> {
 
 impl AdaptiveConcurrencyLayer {
     /// The [builder](Self::builder) with defaults: permits from `limiter`'s default partition,
-    /// waiting up to [`DEFAULT_ACQUIRE_TIMEOUT`](crate::DEFAULT_ACQUIRE_TIMEOUT) (50 ms) for
+    /// waiting up to [`DEFAULT_ACQUIRE_TIMEOUT`](crate::vegas::DEFAULT_ACQUIRE_TIMEOUT) (50 ms) for
     /// one, outcomes from [`HttpClassifier`].
     pub fn new(limiter: Limiter) -> Self {
         Self {
@@ -73,7 +73,7 @@ pub struct AdaptiveConcurrencyLayerBuilder<C = HttpClassifier> {
 impl<C> AdaptiveConcurrencyLayerBuilder<C> {
     /// How long a call waits for a permit when the limit is reached before it is shed with
     /// [`Shed`](crate::vegas::Shed) (default
-    /// [`DEFAULT_ACQUIRE_TIMEOUT`](crate::DEFAULT_ACQUIRE_TIMEOUT), 50 ms). Waiting callers are
+    /// [`DEFAULT_ACQUIRE_TIMEOUT`](crate::vegas::DEFAULT_ACQUIRE_TIMEOUT), 50 ms). Waiting callers are
     /// served in the limiter's [`QueueOrder`](crate::vegas::QueueOrder). `Duration::ZERO` sheds
     /// at once, without queueing or a timer; a positive bound needs a tokio runtime with time
     /// enabled.

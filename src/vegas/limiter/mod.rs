@@ -27,3 +27,4 @@ pub use partitions::{DEFAULT_PARTITION, PartitionId};
 pub use permit::{OwnedPermit, Permit};
 pub use queue::QueueOrder;
 pub use stats::LimiterSnapshot;
+pub use wait::DEFAULT_ACQUIRE_TIMEOUT;

@@ -13,6 +13,10 @@ use super::permit::Permit;
 use super::queue::Waiter;
 use super::shared::Shared;
 
+/// Default time an outbound call waits for a concurrency permit before it is shed: the wait bound
+/// of [`Guard::call`](crate::Guard::call), the tower layer and the reqwest middleware.
+pub const DEFAULT_ACQUIRE_TIMEOUT: std::time::Duration = std::time::Duration::from_millis(50);
+
 /// Resolves to a permit once one is granted; see the module docs for cancellation.
 #[derive(Debug)]
 pub(super) struct WaitForPermit<'a> {
