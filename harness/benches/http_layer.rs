@@ -121,28 +121,15 @@ fn paired(rounds: usize) -> [f64; 5] {
     const ITERS: u64 = 100_000;
     let runtime = runtime();
     let (mut ours, mut acc, mut fixed) = (flowguard(), tower_acc(), tower_concurrency_limit());
-    let mut columns: [Vec<f64>; 5] = Default::default();
-    for round in 0..rounds {
-        let mut ns = [0.0; 3];
-        for step in 0..3 {
-            let side = (round + step) % 3;
-            let took = runtime.block_on(async {
-                match side {
-                    0 => run(&mut ours, ITERS).await,
-                    1 => run(&mut acc, ITERS).await,
-                    _ => run(&mut fixed, ITERS).await,
-                }
-            });
-            ns[side] = took.as_secs_f64() * 1e9 / ITERS as f64;
-        }
-        let row = [ns[0], ns[1], ns[2], ns[0] / ns[1], ns[0] / ns[2]];
-        for (column, value) in columns.iter_mut().zip(row) {
-            column.push(value);
-        }
-    }
-    columns.map(|mut column| {
-        column.sort_by(f64::total_cmp);
-        column[column.len() / 2]
+    support::paired_medians(rounds, |side| {
+        let took = runtime.block_on(async {
+            match side {
+                0 => run(&mut ours, ITERS).await,
+                1 => run(&mut acc, ITERS).await,
+                _ => run(&mut fixed, ITERS).await,
+            }
+        });
+        took.as_secs_f64() * 1e9 / ITERS as f64
     })
 }
 

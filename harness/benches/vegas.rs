@@ -153,22 +153,7 @@ fn paired_async(rounds: usize) -> [f64; 5] {
             start.elapsed().as_secs_f64() * 1e9 / f64::from(ITERS)
         })
     };
-    let mut columns: [Vec<f64>; 5] = Default::default();
-    for round in 0..rounds {
-        let mut ns = [0.0; 3];
-        for step in 0..3 {
-            let side = (round + step) % 3;
-            ns[side] = time(side);
-        }
-        let row = [ns[0], ns[1], ns[2], ns[0] / ns[1], ns[0] / ns[2]];
-        for (column, value) in columns.iter_mut().zip(row) {
-            column.push(value);
-        }
-    }
-    columns.map(|mut column| {
-        column.sort_by(f64::total_cmp);
-        column[column.len() / 2]
-    })
+    support::paired_medians(rounds, time)
 }
 
 fn main() {

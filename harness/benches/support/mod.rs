@@ -45,3 +45,26 @@ pub fn mean_ns(started: SystemTime, group: &str, function: &str) -> Option<f64> 
 pub fn median_ns(started: SystemTime, group: &str, function: &str) -> Option<f64> {
     estimate_ns(started, group, function, "median")
 }
+
+/// Paired rounds of three sides: each round times every side back to back (rotating which goes
+/// first), so machine noise hits all three alike. `time(side)` returns ns per operation for side
+/// 0, 1 or 2. Returns the medians over `rounds` of `[ns0, ns1, ns2, ns0/ns1, ns0/ns2]`.
+#[allow(dead_code)] // not every bench that includes this module runs paired rounds
+pub fn paired_medians(rounds: usize, mut time: impl FnMut(usize) -> f64) -> [f64; 5] {
+    let mut columns: [Vec<f64>; 5] = Default::default();
+    for round in 0..rounds {
+        let mut ns = [0.0; 3];
+        for step in 0..3 {
+            let side = (round + step) % 3;
+            ns[side] = time(side);
+        }
+        let row = [ns[0], ns[1], ns[2], ns[0] / ns[1], ns[0] / ns[2]];
+        for (column, value) in columns.iter_mut().zip(row) {
+            column.push(value);
+        }
+    }
+    columns.map(|mut column| {
+        column.sort_by(f64::total_cmp);
+        column[column.len() / 2]
+    })
+}
