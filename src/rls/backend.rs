@@ -524,6 +524,24 @@ mod tests {
     use super::*;
     use crate::rls::config::Unit;
 
+    /// One token from the wide quota and one from the narrow one, as one request.
+    fn pair<'a>(wide: &'a Limiter, narrow: &'a Limiter) -> [Check<'a>; 2] {
+        [
+            Check {
+                limiter: wide,
+                key: b"w",
+                cost: 1,
+                enforce: true,
+            },
+            Check {
+                limiter: narrow,
+                key: b"n",
+                cost: 1,
+                enforce: true,
+            },
+        ]
+    }
+
     fn per_day(n: u32) -> Rate {
         Rate {
             requests_per_unit: n,
@@ -553,21 +571,7 @@ mod tests {
         let narrow = backend.limiter(&per_day(200)).unwrap();
         // One pair before the contention, so the test always exercises an allowed pair (which
         // task wins the narrow quota under contention is up to the scheduler).
-        let first = [
-            Check {
-                limiter: &wide,
-                key: b"w",
-                cost: 1,
-                enforce: true,
-            },
-            Check {
-                limiter: &narrow,
-                key: b"n",
-                cost: 1,
-                enforce: true,
-            },
-        ];
-        let verdicts = backend.decide(&first).await.unwrap();
+        let verdicts = backend.decide(&pair(&wide, &narrow)).await.unwrap();
         assert!(verdicts.iter().all(|v| v.allowed));
         let mut tasks = Vec::new();
         for task in 0..8 {
@@ -575,20 +579,7 @@ mod tests {
             tasks.push(tokio::spawn(async move {
                 let mut pairs_allowed = 0u32;
                 for _ in 0..200 {
-                    let pair = [
-                        Check {
-                            limiter: &wide,
-                            key: b"w",
-                            cost: 1,
-                            enforce: true,
-                        },
-                        Check {
-                            limiter: &narrow,
-                            key: b"n",
-                            cost: 1,
-                            enforce: true,
-                        },
-                    ];
+                    let pair = pair(&wide, &narrow);
                     let checks = if task % 2 == 0 { &pair[..] } else { &pair[1..] };
                     let verdicts = backend.decide(checks).await.unwrap();
                     if task % 2 == 0 && verdicts.iter().all(|v| v.allowed) {
