@@ -325,6 +325,30 @@ impl Gcra {
         Ok(((scaled / den) << 64) | (scaled % den))
     }
 
+    /// `tat - cost * T` for `den == 1`: the TAT before a grant of `cost` tokens that moved it to
+    /// `tat` (see [`TatCell::refund`](super::cell::TatCell::refund)). Saturates at zero.
+    #[inline]
+    pub(crate) fn refund(&self, tat: u64, cost: u32) -> u64 {
+        tat.saturating_sub(u64::from(cost).saturating_mul(self.interval))
+    }
+
+    /// `tat - step` for packed values whose fractions are below `den` (`step` from
+    /// [`exact_step`](Self::exact_step)), with the borrow taken in units of `1/den` tick.
+    /// Saturates at zero.
+    #[inline]
+    pub(crate) fn refund_exact(&self, tat: u128, step: u128) -> u128 {
+        if tat < step {
+            return 0;
+        }
+        let difference = tat - step;
+        if (tat as u64) < (step as u64) {
+            // The low half borrowed 2^64; the fraction borrows `den` instead.
+            difference - ((1u128 << 64) - u128::from(self.den))
+        } else {
+            difference
+        }
+    }
+
     /// `t` (a packed sum of two values with fractions below `den`) with its fraction below `den`.
     #[inline]
     fn carry(&self, t: u128) -> u128 {

@@ -27,6 +27,13 @@ pub(crate) trait TatCell: Expiring + Send + Sync {
     /// Lock-free: a lost race re-reads the winner's TAT and decides again. A thread whose `now` is
     /// older than the stored TAT's author's only ever decides more strictly, never more leniently.
     fn spend(&self, gcra: &Gcra, now: u64, cost: u32) -> Result<Decision, GcraError>;
+
+    /// Gives back `cost` tokens granted by [`spend`](Self::spend): moves the TAT back by
+    /// `cost * T`. Exact when nothing else spent on the key in between, which callers ensure by
+    /// holding a lock every spender of the key holds (a joint decision that was denied after
+    /// earlier demands were granted). A TAT moved back to before `now` reads as idle, which is
+    /// what it was (a grant moves the TAT to `max(tat, now) + cost * T`).
+    fn refund(&self, gcra: &Gcra, cost: u32);
 }
 
 /// The compare-and-swap loop of both cells: decide against `current`, and on a spend swap in the
@@ -75,6 +82,15 @@ impl TatCell for WholeTat {
             |verdict| gcra.report(verdict, now),
         )
     }
+
+    fn refund(&self, gcra: &Gcra, cost: u32) {
+        // `fetch_update` retries on a lost race; the closure never declines.
+        let _ = self
+            .0
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |tat| {
+                Some(gcra.refund(tat, cost))
+            });
+    }
 }
 
 impl Expiring for WholeTat {
@@ -107,6 +123,18 @@ impl TatCell for ExactTat {
             },
             |verdict| gcra.report_exact(verdict, now),
         )
+    }
+
+    fn refund(&self, gcra: &Gcra, cost: u32) {
+        // A cost the rule granted is at most the burst, so the step exists.
+        let Ok(step) = gcra.exact_step(cost) else {
+            return;
+        };
+        let _ = self
+            .0
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |tat| {
+                Some(gcra.refund_exact(tat, step))
+            });
     }
 }
 
@@ -160,6 +188,35 @@ mod tests {
         let cell = ExactTat::holding(Ticks::from(10));
         assert!(cell.is_expired(10));
         assert!(!cell.is_expired(9));
+    }
+
+    /// A refund undoes a grant: every later decision is the one it would have been without it,
+    /// for whole and fractional intervals, from an idle key and from a busy one.
+    #[test]
+    fn a_refund_undoes_a_grant() {
+        for quota in [Quota::per_second(4).unwrap(), Quota::per_second(3).unwrap()] {
+            let gcra = Gcra::new(&quota);
+            for before in [0u32, 1] {
+                let (with, without) = (TatState::idle(&gcra), TatState::idle(&gcra));
+                for state in [&with, &without] {
+                    for _ in 0..before {
+                        assert!(state.spend(&gcra, 10, 1).unwrap().allowed);
+                    }
+                }
+                assert!(with.spend(&gcra, 20, 2).unwrap().allowed);
+                match &with {
+                    TatState::Whole(cell) => cell.refund(&gcra, 2),
+                    TatState::Exact(cell) => cell.refund(&gcra, 2),
+                }
+                for now in [20, 100_000_000, 333_333_354, 1_000_000_000] {
+                    assert_eq!(
+                        with.spend(&gcra, now, 0).unwrap(),
+                        without.spend(&gcra, now, 0).unwrap(),
+                        "{quota:?}, {before} spent before, peek at {now}"
+                    );
+                }
+            }
+        }
     }
 
     #[test]

@@ -233,6 +233,21 @@ impl<K: LimitKey, C: Clock> KeyedRateLimiter<K, C> {
             .with_probe(key, |stored| self.check_stored(stored, cost))
     }
 
+    /// Gives back `cost` tokens that [`check_bytes`](Self::check_bytes) granted to `key` (see
+    /// [`TatCell::refund`]): exact when no other spend on the key came in between, which the
+    /// caller ensures by a lock every spender of the key holds. Nothing happens for a key that is
+    /// not stored (a grant [`Overflow::AllowUntracked`] decided untracked).
+    pub(crate) fn refund_bytes(&self, key: &[u8], cost: u32)
+    where
+        K: LimitKey<Stored = Vec<u8>, Probe = [u8]>,
+    {
+        self.digester.with_probe(key, |stored| {
+            with_table!(&self.table, table => {
+                table.with(table.hash(stored), stored, |tat| tat.refund(&self.gcra, cost));
+            })
+        });
+    }
+
     /// [`check_key_n`](Self::check_key_n) for a key in its stored form.
     #[inline]
     fn check_stored(&self, key: &K::Probe, cost: u32) -> Result<Decision, GcraError> {

@@ -64,7 +64,10 @@ mod table;
 pub mod two_tier;
 
 pub use algorithm::{Gcra, Step, Ticks};
-pub use check::{CheckError, CheckFuture, KeyedLimit};
+pub use check::{
+    CheckError, CheckFuture, Decisions, Demand, KeyedLimit, LimitSet, LimitSpec, MemoryLimitSet,
+    MemoryLimitSetBuilder, SeparateLimits, SetError, SetFuture,
+};
 pub use decision::{Decision, Degradation};
 pub use error::{ConfigError, GcraError};
 pub use keyed::{

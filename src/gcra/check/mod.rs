@@ -5,12 +5,23 @@
 //! * [`CheckFuture`]: what a check returns, `Send + 'static`.
 //! * [`CheckError`]: the core's [`GcraError`](crate::gcra::GcraError) or a store's
 //!   [`StoreError`](crate::gcra::remote::StoreError).
+//! * [`LimitSet`]: several limits deciding a request's [`Demand`]s all or nothing (several quotas
+//!   per request), answering [`Decisions`] through a [`SetFuture`]; [`MemoryLimitSet`] in memory
+//!   (atomic, striped locks), [`SeparateLimits`] over any `KeyedLimit`s (peek then spend).
 
+mod decisions;
 mod error;
 mod future;
+mod memory_set;
+mod separate;
+mod set;
 
+pub use decisions::Decisions;
 pub use error::{CheckError, Rejection, StoreError, Unavailable};
-pub use future::CheckFuture;
+pub use future::{CheckFuture, SetFuture};
+pub use memory_set::{MemoryLimitSet, MemoryLimitSetBuilder};
+pub use separate::SeparateLimits;
+pub use set::{Demand, LimitSet, LimitSpec, SetError};
 
 use crate::clock::Clock;
 use crate::gcra::{KeyedRateLimiter, LimitKey, Quota};

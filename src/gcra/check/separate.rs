@@ -1,0 +1,225 @@
+//! [`SeparateLimits`]: any [`KeyedLimit`]s as a [`LimitSet`], deciding several demands by peek
+//! then spend (not atomic).
+
+use super::KeyedLimit;
+use super::decisions::Decisions;
+use super::error::CheckError;
+use super::future::SetFuture;
+use super::set::{Demand, LimitSet, SetError, validate};
+use crate::gcra::{Decision, Quota};
+
+/// Any [`KeyedLimit`]s (in memory, remote, two-tier, `Arc<dyn KeyedLimit>`) as a [`LimitSet`]:
+/// the generic fallback, for limits that share no lock and no store.
+///
+/// One demand is one [`check`](KeyedLimit::check), exact like the limit. Several demands are
+/// decided by **peek, then spend**: every demand is peeked (cost 0, nothing spent); if one does
+/// not fit, the request is denied and nothing is spent; otherwise each is spent in order. This is
+/// **not atomic**: a request of another task or instance that spends between the peek and the
+/// spends can make a later spend be denied after earlier ones were granted. The answer then says
+/// so truthfully (denied, with the earlier demands spent). Use [`MemoryLimitSet`](super::MemoryLimitSet)
+/// in memory, or a shared store's own set, where that matters.
+///
+/// A peek of a two-tier limiter reads only this instance's reservoir: the peek may pass while the
+/// shared quota is spent, and the spend then decides.
+///
+/// ```
+/// use flowguard::gcra::{Demand, KeyedLimit, KeyedRateLimiter, LimitSet, Quota, SeparateLimits};
+/// use std::sync::Arc;
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let per_key: Arc<dyn KeyedLimit> = Arc::new(KeyedRateLimiter::<Vec<u8>>::new(Quota::per_second(5)?));
+/// let global: Arc<dyn KeyedLimit> = Arc::new(KeyedRateLimiter::<Vec<u8>>::new(Quota::per_second(1)?));
+/// let set = SeparateLimits::new(vec![per_key, global]);
+/// let request = |key| [Demand { limit: 0, key, cost: 1 }, Demand { limit: 1, key: b"", cost: 1 }];
+/// assert!(set.check_all(&request(b"a")).await?.allowed());
+/// let denied = set.check_all(&request(b"b")).await?;
+/// assert!(!denied.allowed() && denied[0].remaining == 5);
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Clone, Debug)]
+pub struct SeparateLimits<L> {
+    limits: Vec<L>,
+}
+
+impl<L: KeyedLimit> SeparateLimits<L> {
+    /// A set of `limits`; demands name them by their position.
+    pub fn new(limits: Vec<L>) -> SeparateLimits<L> {
+        SeparateLimits { limits }
+    }
+
+    /// The limits.
+    pub fn as_slice(&self) -> &[L] {
+        &self.limits
+    }
+}
+
+impl<L: KeyedLimit + Clone + 'static> LimitSet for SeparateLimits<L> {
+    fn limits(&self) -> usize {
+        self.limits.len()
+    }
+
+    fn quota(&self, limit: usize) -> Option<Quota> {
+        self.limits.get(limit).map(KeyedLimit::quota)
+    }
+
+    fn check_all(&self, demands: &[Demand<'_>]) -> SetFuture {
+        let burst = |l: usize| self.limits.get(l).map(|l| l.quota().burst());
+        if let Err(e) = validate(demands, burst, self.limits.len()) {
+            return SetFuture::ready(Err(e));
+        }
+        if let [demand] = demands {
+            let check = self.limits[demand.limit].check(demand.key, demand.cost);
+            return match check.into_ready() {
+                Ok(answer) => SetFuture::ready(one(answer)),
+                Err(pending) => SetFuture::new(async move { one(pending.await) }),
+            };
+        }
+        let owned: Vec<Owned<L>> = demands
+            .iter()
+            .map(|d| Owned {
+                limit: self.limits[d.limit].clone(),
+                index: d.limit,
+                key: d.key.to_vec(),
+                cost: d.cost,
+            })
+            .collect();
+        SetFuture::new(async move { peek_then_spend(&owned).await })
+    }
+}
+
+/// A demand the future owns.
+struct Owned<L> {
+    limit: L,
+    index: usize,
+    key: Vec<u8>,
+    cost: u32,
+}
+
+fn one(answer: Result<Decision, CheckError>) -> Result<Decisions, SetError> {
+    answer
+        .map(Decisions::one)
+        .map_err(|error| SetError::Check { demand: 0, error })
+}
+
+async fn peek_then_spend<L: KeyedLimit>(demands: &[Owned<L>]) -> Result<Decisions, SetError> {
+    let check = |i: usize, cost: u32| {
+        let future = demands[i].limit.check(&demands[i].key, cost);
+        async move {
+            future
+                .await
+                .map_err(|error| SetError::Check { demand: i, error })
+        }
+    };
+    let mut peeks = Decisions::with_capacity(demands.len());
+    let mut fits = true;
+    for (i, demand) in demands.iter().enumerate() {
+        let peek = check(i, 0).await?;
+        // Earlier demands on the same limit and key need room as well.
+        let needed = demands[..=i]
+            .iter()
+            .filter(|d| d.index == demand.index && d.key == demand.key)
+            .map(|d| u64::from(d.cost))
+            .sum::<u64>();
+        if peek.allowed && needed <= u64::from(peek.remaining) {
+            peeks.push(peek);
+        } else {
+            fits = false;
+            peeks.push(denial(peek, demand.limit.quota(), needed));
+        }
+    }
+    if !fits {
+        return Ok(peeks);
+    }
+    let mut decisions = Decisions::with_capacity(demands.len());
+    for (i, demand) in demands.iter().enumerate() {
+        let d = check(i, demand.cost).await?;
+        decisions.push(d);
+        if !d.allowed {
+            // Another request spent in between: the earlier demands stay spent (not atomic).
+            for peek in &peeks.as_slice()[i + 1..] {
+                decisions.push(*peek);
+            }
+            return Ok(decisions);
+        }
+    }
+    Ok(decisions)
+}
+
+/// A demand of `needed` tokens that its peek says does not fit, as a denial, without asking the
+/// limit again (a check could spend): `retry_after` is when `needed` tokens fit,
+/// `reset_after - (B - needed) * T`, with `(B - needed) * T` rounded down so the wait is never
+/// short. A denial by a failure policy keeps its own wait.
+fn denial(peek: Decision, quota: Quota, needed: u64) -> Decision {
+    let retry_after = if !peek.allowed {
+        peek.retry_after
+    } else {
+        let (num, den) = quota.emission_interval_exact();
+        let spare = u128::from(quota.burst()).saturating_sub(u128::from(needed));
+        let earned = spare * num / u128::from(den);
+        let earned = std::time::Duration::from_nanos(u64::try_from(earned).unwrap_or(u64::MAX));
+        Some(peek.reset_after.saturating_sub(earned))
+    };
+    Decision {
+        allowed: false,
+        retry_after,
+        ..peek
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clock::ManualClock;
+    use crate::gcra::KeyedRateLimiter;
+    use std::sync::Arc;
+
+    fn limit(quota: Quota) -> Arc<dyn KeyedLimit> {
+        Arc::new(
+            KeyedRateLimiter::<Vec<u8>>::builder(quota)
+                .clock(ManualClock::new())
+                .build()
+                .unwrap(),
+        )
+    }
+
+    #[tokio::test]
+    async fn a_denial_spends_nothing_and_waits_long_enough() {
+        let per_second = Quota::per_second(3).unwrap();
+        let set = SeparateLimits::new(vec![
+            limit(Quota::per_minute(10).unwrap()),
+            limit(per_second),
+        ]);
+        let request = [
+            Demand {
+                limit: 0,
+                key: b"k",
+                cost: 1,
+            },
+            Demand {
+                limit: 1,
+                key: b"k",
+                cost: 2,
+            },
+        ];
+        assert!(set.check_all(&request).await.unwrap().allowed());
+        let denied = set.check_all(&request).await.unwrap();
+        assert!(!denied.allowed());
+        assert_eq!(denied[0].remaining, 9, "not spent");
+        // One token left of 3 per second; two fit once another 333,333,333 1/3 ns passed.
+        assert_eq!(
+            denied[1].retry_after,
+            Some(std::time::Duration::from_nanos(333_333_334))
+        );
+        let peek = set
+            .check_all(&[Demand {
+                limit: 0,
+                key: b"k",
+                cost: 0,
+            }])
+            .await
+            .unwrap();
+        assert_eq!(peek[0].remaining, 9);
+    }
+}

@@ -1,0 +1,200 @@
+//! [`LimitSet`]: several keyed limits deciding a request's demands all or nothing.
+
+use std::fmt;
+
+use super::error::CheckError;
+use super::future::SetFuture;
+use crate::gcra::{GcraError, Quota};
+
+/// One demand of a joint check: `cost` tokens of limit number `limit` of the set, for `key`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Demand<'a> {
+    /// Which limit of the set (an index, from 0).
+    pub limit: usize,
+    /// The key, as bytes (binary-safe). Limits keep separate state: the same key under two
+    /// limits is two keys.
+    pub key: &'a [u8],
+    /// Tokens asked for; 0 peeks.
+    pub cost: u32,
+}
+
+/// A limit a [`LimitSet`] is built with: its quota, and a name that stays the same across
+/// deployments (a shared store keeps each limit's state under it; in memory it only labels).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LimitSpec {
+    name: String,
+    quota: Quota,
+}
+
+impl LimitSpec {
+    /// A limit named `name` with `quota`.
+    pub fn new(name: impl Into<String>, quota: Quota) -> LimitSpec {
+        LimitSpec {
+            name: name.into(),
+            quota,
+        }
+    }
+
+    /// The name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The quota.
+    pub fn quota(&self) -> Quota {
+        self.quota
+    }
+}
+
+/// Several keyed limits that decide a request's [`Demand`]s together: the request is allowed
+/// only if every demand fits, and then every demand is spent.
+///
+/// The contract every implementation states how well it keeps:
+///
+/// * **All or nothing**: a denied request spends nothing from any limit. Atomic sets
+///   ([`MemoryLimitSet`](super::MemoryLimitSet)) keep this whatever runs concurrently;
+///   [`SeparateLimits`](super::SeparateLimits) (any [`KeyedLimit`](super::KeyedLimit)s) only
+///   when no other request spends between its peek and its spends.
+/// * A demand whose cost exceeds its limit's burst, or demands naming the same limit and key
+///   whose costs add up beyond it, can never pass: [`SetError::Check`] with
+///   [`GcraError::InsufficientCapacity`], nothing spent.
+/// * A demand naming a limit the set does not have is [`SetError::UnknownLimit`].
+/// * The answer has one [`Decision`](crate::gcra::Decision) per demand, in order (see
+///   [`Decisions`](super::Decisions)).
+///
+/// ```
+/// use flowguard::gcra::{Demand, LimitSet, MemoryLimitSet, Quota};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// // Per key: 2 per second and 3 per minute.
+/// let set = MemoryLimitSet::new([Quota::per_second(2)?, Quota::per_minute(3)?]);
+/// let both = |key| [Demand { limit: 0, key, cost: 1 }, Demand { limit: 1, key, cost: 1 }];
+/// assert!(set.check_all(&both(b"alice")).await?.allowed());
+/// assert!(set.check_all(&both(b"alice")).await?.allowed());
+/// let third = set.check_all(&both(b"alice")).await?;
+/// assert!(!third.allowed()); // the per-second limit is spent...
+/// assert!(third[1].allowed); // ...the per-minute one would fit,
+/// assert_eq!(third[1].remaining, 1); // and was not spent.
+/// # Ok(())
+/// # }
+/// ```
+pub trait LimitSet: Send + Sync {
+    /// How many limits the set has; demands name them `0..limits()`.
+    fn limits(&self) -> usize;
+
+    /// The quota of limit `limit`, `None` beyond [`limits`](Self::limits).
+    fn quota(&self, limit: usize) -> Option<Quota>;
+
+    /// Decides `demands` all or nothing (see the trait's contract). The future owns what it
+    /// needs: it borrows neither the set nor the keys.
+    fn check_all(&self, demands: &[Demand<'_>]) -> SetFuture;
+}
+
+impl<T: LimitSet + ?Sized> LimitSet for std::sync::Arc<T> {
+    fn limits(&self) -> usize {
+        (**self).limits()
+    }
+
+    fn quota(&self, limit: usize) -> Option<Quota> {
+        (**self).quota(limit)
+    }
+
+    fn check_all(&self, demands: &[Demand<'_>]) -> SetFuture {
+        (**self).check_all(demands)
+    }
+}
+
+/// Why [`LimitSet::check_all`] returned no decisions; nothing was spent unless the set says
+/// otherwise ([`SeparateLimits`](super::SeparateLimits) when another request raced it).
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum SetError {
+    /// Demand number `demand` got `error` (a cost above the burst, a full in-memory store, a
+    /// store that failed).
+    Check {
+        /// Which demand (an index into the demands).
+        demand: usize,
+        /// What its limit reported.
+        error: CheckError,
+    },
+    /// Demand number `demand` names limit `limit`, but the set has `limits` limits: a bug of the
+    /// caller, which builds demands for another set.
+    UnknownLimit {
+        /// Which demand.
+        demand: usize,
+        /// The limit it names.
+        limit: usize,
+        /// How many limits the set has.
+        limits: usize,
+    },
+}
+
+impl SetError {
+    /// The demand the error is about.
+    pub fn demand(&self) -> usize {
+        match self {
+            SetError::Check { demand, .. } | SetError::UnknownLimit { demand, .. } => *demand,
+        }
+    }
+}
+
+impl fmt::Display for SetError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SetError::Check { demand, error } => write!(f, "demand {demand}: {error}"),
+            SetError::UnknownLimit {
+                demand,
+                limit,
+                limits,
+            } => write!(
+                f,
+                "demand {demand} names limit {limit}, but the set has {limits} limits (0..{limits}): \
+                 build the demands for this set"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for SetError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            SetError::Check { error, .. } => Some(error),
+            SetError::UnknownLimit { .. } => None,
+        }
+    }
+}
+
+/// Checks what every set checks before deciding anything: each demand names a limit of the set,
+/// and each (limit, key)'s total cost fits its burst. `burst(limit)` is `None` for an unknown
+/// limit.
+pub(super) fn validate(
+    demands: &[Demand<'_>],
+    burst: impl Fn(usize) -> Option<u32>,
+    limits: usize,
+) -> Result<(), SetError> {
+    for (i, demand) in demands.iter().enumerate() {
+        let Some(burst) = burst(demand.limit) else {
+            return Err(SetError::UnknownLimit {
+                demand: i,
+                limit: demand.limit,
+                limits,
+            });
+        };
+        // The total over this demand and the earlier ones naming the same limit and key.
+        let total = demands[..i]
+            .iter()
+            .filter(|d| d.limit == demand.limit && d.key == demand.key)
+            .fold(u64::from(demand.cost), |sum, d| sum + u64::from(d.cost));
+        if total > u64::from(burst) {
+            return Err(SetError::Check {
+                demand: i,
+                error: CheckError::Gcra(GcraError::InsufficientCapacity {
+                    cost: u32::try_from(total).unwrap_or(u32::MAX),
+                    burst,
+                }),
+            });
+        }
+    }
+    Ok(())
+}
