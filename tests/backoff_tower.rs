@@ -100,16 +100,16 @@ async fn a_413_without_retry_after_is_final_even_when_listed() {
 #[tokio::test(start_paused = true)]
 async fn a_request_above_the_burst_is_sent_once() {
     use flowguard::clock::ManualClock;
-    use flowguard::gcra::layer::{KeyExtractor, QuotaLayer};
+    use flowguard::gcra::layer::{KeyExtractor, QuotaLayer, RequestKey};
     use flowguard::gcra::{KeyedRateLimiter, Quota};
 
     /// Every request costs 5 tokens of client "c".
     #[derive(Clone)]
     struct Costs5(Arc<AtomicU32>);
     impl KeyExtractor<String> for Costs5 {
-        fn key(&self, _req: &http::Request<String>) -> Option<Vec<u8>> {
+        fn key<'r>(&self, _req: &'r http::Request<String>) -> Option<RequestKey<'r>> {
             self.0.fetch_add(1, Ordering::Relaxed);
-            Some(b"c".to_vec())
+            Some(RequestKey::borrowed(b"c"))
         }
         fn cost(&self, _req: &http::Request<String>) -> u32 {
             5

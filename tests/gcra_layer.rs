@@ -1,9 +1,13 @@
-//! The inbound tower middleware: 429 with headers over quota, headers on allowed responses,
-//! unlimited requests without a key; when the store cannot decide, a status that says what is
-//! true: 413 (final) for a cost above the burst, 503 with `Retry-After` for a full store, 500 for
-//! a misconfigured store.
+//! The inbound tower middleware, request by request: 429 with `Retry-After`, a JSON body and the
+//! rate-limit fields over quota; the fields on allowed responses; several policies decided
+//! together (a denial spends nothing); tiers; the missing-key policies; shadow mode; the
+//! decision in the request's extensions; custom refusals; metrics; and when the store cannot
+//! decide, a status that says what is true: 413 (final) for a cost above the burst, 503 with
+//! `Retry-After` for a full store, 500 for a misconfigured store.
 #![cfg(feature = "tower")]
 
+#[path = "support/recorder.rs"]
+mod recorder;
 mod support;
 
 use std::convert::Infallible;
@@ -12,17 +16,15 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use flowguard::clock::ManualClock;
-use flowguard::gcra::layer::{KeyExtractor, QuotaLayer};
-use flowguard::gcra::{KeyedLimit, KeyedRateLimiter, Quota};
+use flowguard::gcra::layer::{
+    HeaderKey, KeyExtractor, MissingKey, Policy, QuotaLayer, Refusal, RefusalKind,
+};
+use flowguard::gcra::{
+    ConfigError, Decision, KeyedLimit, KeyedRateLimiter, LimitSpec, MemoryLimitSet, Quota,
+};
 use flowguard::headers::{QuotaPolicy, ServiceLimit};
 use http::{HeaderMap, Request, Response, StatusCode};
-use tower::{Service, ServiceBuilder, ServiceExt};
-
-fn by_api_key(req: &Request<()>) -> Option<Vec<u8>> {
-    req.headers()
-        .get("x-api-key")
-        .map(|v| v.as_bytes().to_vec())
-}
+use tower::{Layer, Service, ServiceExt};
 
 fn request(key: Option<&str>) -> Request<()> {
     let mut b = Request::builder().uri("/orders");
@@ -32,145 +34,391 @@ fn request(key: Option<&str>) -> Request<()> {
     b.body(()).unwrap()
 }
 
-/// The one `RateLimit` member of a response: (remaining `r`, `t` in seconds).
-fn limit(headers: &HeaderMap) -> (u64, u64) {
-    let limits = ServiceLimit::from_headers(headers).unwrap();
-    assert_eq!(limits.len(), 1, "{headers:?}");
-    (limits[0].remaining(), limits[0].reset().unwrap().as_secs())
+fn api_key() -> HeaderKey {
+    HeaderKey::new("x-api-key").unwrap()
 }
 
-/// The quota `q` of the one `RateLimit-Policy` member of a response.
-fn policy_quota(headers: &HeaderMap) -> u64 {
-    let policies = QuotaPolicy::from_headers(headers).unwrap();
-    assert_eq!(policies.len(), 1, "{headers:?}");
-    policies[0].quota()
+/// An in-memory set on `clock` for a layer's limits.
+fn memory(
+    clock: &ManualClock,
+) -> impl FnOnce(&[LimitSpec]) -> Result<MemoryLimitSet<ManualClock>, ConfigError> {
+    let clock = clock.clone();
+    move |limits| {
+        MemoryLimitSet::builder(limits.iter().map(LimitSpec::quota))
+            .clock(clock)
+            .build()
+    }
 }
 
-/// A service behind the rate limit of `store`, keyed by `key`, counting the calls that reach it.
-fn service<St: KeyedLimit + 'static>(
-    store: Arc<St>,
-    key: impl KeyExtractor<()>,
-    calls: Arc<AtomicUsize>,
-) -> impl Service<Request<()>, Response = Response<String>, Error = Infallible> + Clone {
-    ServiceBuilder::new()
-        .layer(QuotaLayer::new(store, key))
-        .service_fn(move |_req: Request<()>| {
-            calls.fetch_add(1, Ordering::SeqCst);
-            async { Ok::<_, Infallible>(Response::new("ok".to_string())) }
+/// The `RateLimit` members of a response: (policy, remaining `r`, `t` in seconds).
+fn limits(headers: &HeaderMap) -> Vec<(String, u64, u64)> {
+    ServiceLimit::from_headers(headers)
+        .unwrap()
+        .iter()
+        .map(|l| {
+            (
+                l.policy().to_string(),
+                l.remaining(),
+                l.reset().unwrap().as_secs(),
+            )
         })
+        .collect()
+}
+
+/// The `RateLimit-Policy` members of a response: (policy, `q`).
+fn policies(headers: &HeaderMap) -> Vec<(String, u64)> {
+    QuotaPolicy::from_headers(headers)
+        .unwrap()
+        .iter()
+        .map(|p| (p.name().to_string(), p.quota()))
+        .collect()
+}
+
+/// The service behind the layer: counts its calls and answers with the remaining quota of the
+/// decision the layer put in the request's extensions (`-` without one).
+#[derive(Clone)]
+struct Counted(Arc<AtomicUsize>);
+
+impl Service<Request<()>> for Counted {
+    type Response = Response<String>;
+    type Error = Infallible;
+    type Future = std::future::Ready<Result<Response<String>, Infallible>>;
+
+    fn poll_ready(
+        &mut self,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), Infallible>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: Request<()>) -> Self::Future {
+        self.0.fetch_add(1, Ordering::SeqCst);
+        let remaining = req
+            .extensions()
+            .get::<Decision>()
+            .map_or("-".to_string(), |d| d.remaining.to_string());
+        std::future::ready(Ok(Response::new(remaining)))
+    }
+}
+
+/// [`Counted`] behind `layer`.
+fn service<L: Layer<Counted>>(layer: L, calls: &Arc<AtomicUsize>) -> L::Service {
+    layer.layer(Counted(calls.clone()))
+}
+
+async fn send<S>(svc: &S, key: Option<&str>) -> Response<String>
+where
+    S: Service<Request<()>, Response = Response<String>, Error = Infallible> + Clone,
+{
+    svc.clone().oneshot(request(key)).await.unwrap()
 }
 
 #[tokio::test]
-async fn over_quota_requests_get_429_and_never_reach_the_service() {
+async fn over_quota_requests_get_429_with_a_json_body_and_never_reach_the_service() {
     let clock = ManualClock::new();
     let quota = Quota::per_second(2).unwrap().with_burst(3).unwrap();
-    let store = Arc::new(
-        KeyedRateLimiter::<Vec<u8>>::builder(quota)
-            .clock(clock.clone())
-            .build()
-            .unwrap(),
-    );
+    let layer = QuotaLayer::builder(api_key())
+        .policy(Policy::per_key("per-key", quota))
+        .build_with(memory(&clock))
+        .unwrap();
     let calls = Arc::new(AtomicUsize::new(0));
-    let svc = service(store, by_api_key, calls.clone());
+    let svc = service(layer, &calls);
 
     for remaining in [2, 1, 0] {
-        let resp = svc.clone().oneshot(request(Some("alice"))).await.unwrap();
+        let resp = send(&svc, Some("alice")).await;
         assert_eq!(resp.status(), StatusCode::OK);
         assert_eq!(
             resp.headers()["ratelimit-policy"],
-            r#""default";q=3;w=2"#,
+            r#""per-key";q=3;w=2"#,
             "burst 3 at 0.5 s each: 1.5 s rounds up to 2 s"
         );
-        assert_eq!(limit(resp.headers()).0, remaining);
+        assert_eq!(limits(resp.headers())[0].1, remaining);
+        assert_eq!(
+            resp.body(),
+            &remaining.to_string(),
+            "the decision reaches the handler"
+        );
         assert!(resp.headers().get("retry-after").is_none());
     }
-    let denied = svc.clone().oneshot(request(Some("alice"))).await.unwrap();
+    let denied = send(&svc, Some("alice")).await;
     assert_eq!(denied.status(), StatusCode::TOO_MANY_REQUESTS);
     assert_eq!(
         denied.headers()["retry-after"],
         "1",
         "500 ms rounds up to 1 s"
     );
-    assert_eq!(limit(denied.headers()), (0, 2), "1.5 s rounds up to 2 s");
+    assert_eq!(denied.headers()["content-type"], "application/json");
+    assert_eq!(
+        denied.body(),
+        r#"{"error":"too_many_requests","policy":"per-key","retry_after":1}"#
+    );
+    assert_eq!(limits(denied.headers()), vec![("per-key".into(), 0, 2)]);
     assert_eq!(calls.load(Ordering::SeqCst), 3);
 
-    // Another key has its own quota; requests without a key are not limited.
-    assert_eq!(
-        svc.clone()
-            .oneshot(request(Some("bob")))
-            .await
-            .unwrap()
-            .status(),
-        StatusCode::OK
-    );
-    for _ in 0..10 {
-        let resp = svc.clone().oneshot(request(None)).await.unwrap();
-        assert_eq!(resp.status(), StatusCode::OK);
-        assert!(resp.headers().get("ratelimit-policy").is_none());
-        assert!(resp.headers().get("ratelimit").is_none());
-    }
-
+    // Another key has its own quota.
+    assert_eq!(send(&svc, Some("bob")).await.status(), StatusCode::OK);
     // Waiting exactly Retry-After is enough.
     clock.advance(Duration::from_secs(1));
-    assert_eq!(
-        svc.clone()
-            .oneshot(request(Some("alice")))
-            .await
+    assert_eq!(send(&svc, Some("alice")).await.status(), StatusCode::OK);
+}
+
+#[tokio::test]
+async fn requests_without_a_key_share_one_quota_by_default() {
+    let clock = ManualClock::new();
+    let layer = QuotaLayer::builder(api_key())
+        .policy(Policy::per_key("per-key", Quota::per_minute(2).unwrap()))
+        .build_with(memory(&clock))
+        .unwrap();
+    let calls = Arc::new(AtomicUsize::new(0));
+    let svc = service(layer, &calls);
+    assert_eq!(send(&svc, None).await.status(), StatusCode::OK);
+    // An empty key is no key: the same anonymous quota.
+    assert_eq!(send(&svc, Some("")).await.status(), StatusCode::OK);
+    let third = send(&svc, None).await;
+    assert_eq!(third.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(limits(third.headers()), vec![("per-key".into(), 0, 60)]);
+    // Keyed clients are not affected.
+    assert_eq!(send(&svc, Some("alice")).await.status(), StatusCode::OK);
+}
+
+#[tokio::test]
+async fn requests_without_a_key_can_be_rejected_or_let_through() {
+    let quota = Quota::per_minute(1).unwrap();
+    let calls = Arc::new(AtomicUsize::new(0));
+    let layer = || {
+        QuotaLayer::builder(api_key())
+            .policy(Policy::per_key("per-key", quota))
+            .build()
             .unwrap()
-            .status(),
-        StatusCode::OK
+    };
+    let rejecting = service(
+        layer().missing_key(MissingKey::Reject(StatusCode::UNAUTHORIZED)),
+        &calls,
+    );
+    let refused = send(&rejecting, None).await;
+    assert_eq!(refused.status(), StatusCode::UNAUTHORIZED);
+    assert_eq!(refused.body(), r#"{"error":"missing_key"}"#);
+    assert!(refused.headers().get("ratelimit-policy").is_none());
+    assert_eq!(calls.load(Ordering::SeqCst), 0);
+    // A status that is not a client error is answered as 400.
+    let odd = service(
+        layer().missing_key(MissingKey::Reject(StatusCode::OK)),
+        &calls,
+    );
+    assert_eq!(send(&odd, None).await.status(), StatusCode::BAD_REQUEST);
+
+    let bypassing = service(layer().missing_key(MissingKey::Bypass), &calls);
+    for _ in 0..3 {
+        let resp = send(&bypassing, None).await;
+        assert_eq!(resp.status(), StatusCode::OK);
+        assert!(resp.headers().get("ratelimit-policy").is_none());
+        assert_eq!(resp.body(), "-", "no decision was made");
+    }
+    assert_eq!(calls.load(Ordering::SeqCst), 3);
+}
+
+/// Per key 2 per second and 3 per minute, and 5 per minute for everyone: a request passes only
+/// if all three allow it; the fields list all three and name the one that decided; a denial
+/// spends nothing from the others.
+#[tokio::test]
+async fn several_policies_decide_together_and_a_denial_spends_nothing() {
+    let clock = ManualClock::new();
+    let layer = QuotaLayer::builder(api_key())
+        .policy(Policy::per_key("per-second", Quota::per_second(2).unwrap()))
+        .policy(Policy::per_key("per-minute", Quota::per_minute(3).unwrap()))
+        .policy(Policy::global("global", Quota::per_minute(5).unwrap()))
+        .build_with(memory(&clock))
+        .unwrap();
+    let set = layer.set().clone();
+    let calls = Arc::new(AtomicUsize::new(0));
+    let svc = service(layer, &calls);
+    let peek = |limit: usize, key: &[u8]| {
+        set.limiter(limit)
+            .unwrap()
+            .check_key_n(key, 0)
+            .unwrap()
+            .remaining
+    };
+
+    let first = send(&svc, Some("a")).await;
+    assert_eq!(
+        policies(first.headers()),
+        vec![
+            ("per-second".into(), 2),
+            ("per-minute".into(), 3),
+            ("global".into(), 5)
+        ]
+    );
+    assert_eq!(
+        limits(first.headers()),
+        vec![("per-second".into(), 1, 1)],
+        "the fewest left"
+    );
+    send(&svc, Some("a")).await;
+    let denied = send(&svc, Some("a")).await;
+    assert_eq!(denied.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(limits(denied.headers()), vec![("per-second".into(), 0, 1)]);
+    assert_eq!(denied.headers()["retry-after"], "1");
+    assert_eq!(
+        (peek(1, b"a"), peek(2, b"*")),
+        (1, 3),
+        "the denial spent nothing"
+    );
+
+    clock.advance(Duration::from_secs(1));
+    let third = send(&svc, Some("a")).await;
+    assert_eq!(third.status(), StatusCode::OK);
+    assert_eq!(limits(third.headers()), vec![("per-minute".into(), 0, 59)]);
+    let denied = send(&svc, Some("a")).await;
+    assert_eq!(denied.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(
+        denied.headers()["retry-after"],
+        "19",
+        "one of 3 per minute back 20 s after the first two, spent at 0 s"
+    );
+    assert_eq!(
+        peek(0, b"a"),
+        1,
+        "the per-second quota was not spent by the denial"
+    );
+
+    // The global quota counts every key: 3 spent by a, 2 more fit.
+    assert_eq!(send(&svc, Some("b")).await.status(), StatusCode::OK);
+    assert_eq!(send(&svc, Some("c")).await.status(), StatusCode::OK);
+    let global = send(&svc, Some("d")).await;
+    assert_eq!(global.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(limits(global.headers())[0].0, "global");
+    assert_eq!(peek(0, b"d"), 2, "d's own quotas are untouched");
+    assert_eq!(calls.load(Ordering::SeqCst), 5);
+}
+
+#[tokio::test]
+async fn tiers_choose_each_request_s_quota_from_one_store() {
+    let clock = ManualClock::new();
+    let plan = |req: &Request<()>| match req.headers().get("x-plan").map(|v| v.as_bytes()) {
+        Some(b"pro") => Some("pro"),
+        Some(b"unknown") => Some("unknown"),
+        _ => None,
+    };
+    let layer = QuotaLayer::builder(api_key().with_tier(plan))
+        .tier(
+            "free",
+            [Policy::per_key("per-minute", Quota::per_minute(1).unwrap())],
+        )
+        .tier(
+            "pro",
+            [Policy::per_key("per-minute", Quota::per_minute(3).unwrap())],
+        )
+        .build_with(memory(&clock))
+        .unwrap();
+    let calls = Arc::new(AtomicUsize::new(0));
+    let svc = service(layer, &calls);
+    let send_plan = |key: &'static str, plan: Option<&'static str>| {
+        let svc = svc.clone();
+        async move {
+            let mut b = Request::builder().header("x-api-key", key);
+            if let Some(plan) = plan {
+                b = b.header("x-plan", plan);
+            }
+            svc.oneshot(b.body(()).unwrap()).await.unwrap()
+        }
+    };
+    for _ in 0..3 {
+        let resp = send_plan("p", Some("pro")).await;
+        assert_eq!(resp.status(), StatusCode::OK);
+        assert_eq!(policies(resp.headers()), vec![("per-minute".into(), 3)]);
+    }
+    assert_eq!(
+        send_plan("p", Some("pro")).await.status(),
+        StatusCode::TOO_MANY_REQUESTS
+    );
+    // The default (first) tier for no plan and for a plan the layer does not know.
+    let free = send_plan("f", None).await;
+    assert_eq!(policies(free.headers()), vec![("per-minute".into(), 1)]);
+    assert_eq!(
+        send_plan("f", Some("unknown")).await.status(),
+        StatusCode::TOO_MANY_REQUESTS
     );
 }
 
 #[tokio::test]
-async fn a_full_store_answers_503_with_retry_after() {
+async fn shadow_mode_never_refuses_and_counts_what_it_would_have() {
     let clock = ManualClock::new();
+    let layer = QuotaLayer::builder(api_key())
+        .policy(Policy::per_key("per-minute", Quota::per_minute(1).unwrap()))
+        .build_with(memory(&clock))
+        .unwrap()
+        .shadow(true);
+    let calls = Arc::new(AtomicUsize::new(0));
+    let mut svc = service(layer, &calls);
+    let store = Arc::new(recorder::Store::default());
+    let recorder = recorder::TestRecorder(store.clone());
+    for _ in 0..3 {
+        // An in-memory set decides inside `call`, where the local recorder is installed.
+        let future = metrics::with_local_recorder(&recorder, || svc.call(request(Some("k"))));
+        let resp = future.await.unwrap();
+        assert_eq!(resp.status(), StatusCode::OK);
+        assert!(resp.headers().get("retry-after").is_none());
+        assert_eq!(limits(resp.headers()), vec![("per-minute".into(), 0, 60)]);
+    }
+    assert_eq!(calls.load(Ordering::SeqCst), 3);
+    let counted = |outcome: &str| {
+        store.value(&format!(
+            "flowguard_quota_decisions_total{{tier=default,policy=per-minute,outcome={outcome}}}"
+        ))
+    };
+    assert_eq!(counted("allowed"), Some(1.0));
+    assert_eq!(counted("shadow_denied"), Some(2.0));
+    assert_eq!(counted("denied"), None);
+}
+
+#[tokio::test]
+async fn a_custom_refusal_gets_the_decision_and_keeps_the_fields() {
+    let layer = QuotaLayer::builder(api_key())
+        .policy(Policy::per_key("per-minute", Quota::per_minute(1).unwrap()))
+        .build()
+        .unwrap()
+        .refusal(|refusal: &Refusal<'_>| {
+            assert_eq!(refusal.kind(), RefusalKind::OverQuota);
+            let decision = refusal.decision().unwrap();
+            let mut response = Response::new(format!(
+                "{} spent; {} left",
+                refusal.policy().unwrap(),
+                decision.remaining
+            ));
+            *response.status_mut() = StatusCode::SERVICE_UNAVAILABLE;
+            response
+        });
+    let calls = Arc::new(AtomicUsize::new(0));
+    let svc = service(layer, &calls);
+    send(&svc, Some("k")).await;
+    let denied = send(&svc, Some("k")).await;
+    assert_eq!(denied.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(denied.body(), "per-minute spent; 0 left");
+    assert_eq!(denied.headers()["retry-after"], "60");
+    assert_eq!(limits(denied.headers()), vec![("per-minute".into(), 0, 60)]);
+}
+
+#[tokio::test]
+async fn a_full_store_answers_503_with_retry_after() {
     let store = Arc::new(
         KeyedRateLimiter::<String>::builder(Quota::per_minute(1).unwrap())
             .max_keys(1)
-            .clock(clock)
+            .clock(ManualClock::new())
             .build()
             .unwrap(),
     );
     let calls = Arc::new(AtomicUsize::new(0));
-    let svc = service(store, by_api_key, calls.clone());
-    assert_eq!(
-        svc.clone()
-            .oneshot(request(Some("a")))
-            .await
-            .unwrap()
-            .status(),
-        StatusCode::OK
-    );
-    let full = svc.clone().oneshot(request(Some("b"))).await.unwrap();
+    let svc = service(QuotaLayer::new(store, api_key()), &calls);
+    assert_eq!(send(&svc, Some("a")).await.status(), StatusCode::OK);
+    let full = send(&svc, Some("b")).await;
     assert_eq!(full.status(), StatusCode::SERVICE_UNAVAILABLE);
     assert_eq!(full.headers()["retry-after"], "1");
+    assert_eq!(
+        full.body(),
+        r#"{"error":"rate_limiter_unavailable","retry_after":1}"#
+    );
     assert_eq!(calls.load(Ordering::SeqCst), 1);
-}
-
-/// Keys by `x-api-key`, costs what `x-cost` says (default 1).
-#[derive(Clone)]
-struct CostHeader;
-
-impl KeyExtractor<()> for CostHeader {
-    fn key(&self, req: &Request<()>) -> Option<Vec<u8>> {
-        by_api_key(req)
-    }
-
-    fn cost(&self, req: &Request<()>) -> u32 {
-        req.headers()
-            .get("x-cost")
-            .map_or(1, |v| v.to_str().unwrap().parse().unwrap())
-    }
-}
-
-fn costly(key: &str, cost: u32) -> Request<()> {
-    Request::builder()
-        .uri("/batch")
-        .header("x-api-key", key)
-        .header("x-cost", cost.to_string())
-        .body(())
-        .unwrap()
 }
 
 #[tokio::test]
@@ -181,28 +429,85 @@ async fn a_cost_above_the_burst_is_a_final_413_without_retry_after() {
             .build()
             .unwrap(),
     );
+    let cost = |req: &Request<()>| {
+        req.headers()
+            .get("x-cost")
+            .map_or(1, |v| v.to_str().unwrap().parse().unwrap())
+    };
     let calls = Arc::new(AtomicUsize::new(0));
-    let svc = service(store, CostHeader, calls.clone());
+    let svc = service(QuotaLayer::new(store, api_key().with_cost(cost)), &calls);
+    let costly = |n: u32| {
+        Request::builder()
+            .header("x-api-key", "alice")
+            .header("x-cost", n.to_string())
+            .body(())
+            .unwrap()
+    };
 
-    let too_big = svc.clone().oneshot(costly("alice", 4)).await.unwrap();
+    let too_big = svc.clone().oneshot(costly(4)).await.unwrap();
     assert_eq!(too_big.status(), StatusCode::PAYLOAD_TOO_LARGE);
     assert!(
         too_big.headers().get("retry-after").is_none(),
         "no wait makes a cost of 4 fit a burst of 3: nothing to retry after"
     );
     assert_eq!(
-        policy_quota(too_big.headers()),
-        3,
-        "the largest cost that can pass"
+        policies(too_big.headers()),
+        vec![("default".into(), 3)],
+        "the largest cost that passes"
     );
     assert!(too_big.headers().get("ratelimit").is_none());
+    assert_eq!(
+        too_big.body(),
+        r#"{"error":"cost_above_burst","policy":"default","cost":4,"burst":3}"#
+    );
     assert_eq!(calls.load(Ordering::SeqCst), 0);
 
     // The key's quota is untouched: the whole burst still fits.
-    let fits = svc.clone().oneshot(costly("alice", 3)).await.unwrap();
+    let fits = svc.clone().oneshot(costly(3)).await.unwrap();
     assert_eq!(fits.status(), StatusCode::OK);
-    assert_eq!(limit(fits.headers()).0, 0);
-    assert_eq!(calls.load(Ordering::SeqCst), 1);
+    assert_eq!(limits(fits.headers())[0].1, 0);
+}
+
+/// Extractors are closures too, and `Arc<dyn KeyedLimit>` is a store like any other.
+#[tokio::test]
+async fn a_closure_keys_requests_against_a_dyn_store() {
+    let store: Arc<dyn KeyedLimit> = Arc::new(KeyedRateLimiter::<Vec<u8>>::new(
+        Quota::per_minute(1).unwrap(),
+    ));
+    let by_tenant = |req: &Request<()>| {
+        req.uri()
+            .path()
+            .strip_prefix("/tenants/")
+            .map(|t| t.to_owned())
+    };
+    let calls = Arc::new(AtomicUsize::new(0));
+    let svc = service(QuotaLayer::new(store, by_tenant), &calls);
+    let get = |path: &str| Request::builder().uri(path).body(()).unwrap();
+    assert_eq!(
+        svc.clone()
+            .oneshot(get("/tenants/a"))
+            .await
+            .unwrap()
+            .status(),
+        StatusCode::OK
+    );
+    assert_eq!(
+        svc.clone()
+            .oneshot(get("/tenants/a"))
+            .await
+            .unwrap()
+            .status(),
+        StatusCode::TOO_MANY_REQUESTS
+    );
+    assert_eq!(
+        svc.clone()
+            .oneshot(get("/tenants/b"))
+            .await
+            .unwrap()
+            .status(),
+        StatusCode::OK
+    );
+    let _ = api_key().key(&get("/"));
 }
 
 /// A Redis key of another type under the limiter's prefix: a fault of the deployment, which no
@@ -222,12 +527,11 @@ async fn a_misconfigured_store_answers_500_without_retry_after() {
             .unwrap(),
     );
     let calls = Arc::new(AtomicUsize::new(0));
-    let svc = service(store, by_api_key, calls.clone());
-    let resp = svc.clone().oneshot(request(Some("alice"))).await.unwrap();
+    let svc = service(QuotaLayer::new(store, api_key()), &calls);
+    let resp = send(&svc, Some("alice")).await;
     assert_eq!(resp.status(), StatusCode::INTERNAL_SERVER_ERROR);
     assert!(resp.headers().get("retry-after").is_none());
     assert_eq!(calls.load(Ordering::SeqCst), 0);
     // Other keys are decided as usual.
-    let resp = svc.clone().oneshot(request(Some("bob"))).await.unwrap();
-    assert_eq!(resp.status(), StatusCode::OK);
+    assert_eq!(send(&svc, Some("bob")).await.status(), StatusCode::OK);
 }

@@ -312,8 +312,8 @@ mod layer {
     use std::convert::Infallible;
     use std::sync::Arc;
 
-    use flowguard::gcra::layer::QuotaLayer;
-    use flowguard::gcra::{KeyedRateLimiter, Overflow};
+    use flowguard::gcra::layer::{KeyExtractor, Policy, QuotaLayer};
+    use flowguard::gcra::{KeyedRateLimiter, Overflow, SeparateLimits};
     use http::{Request, Response};
     use tower::{ServiceBuilder, ServiceExt};
 
@@ -339,6 +339,18 @@ mod layer {
                 .build()
                 .unwrap(),
         )
+    }
+
+    /// A layer of one per-key policy named `name`, kept in `store`.
+    fn named<K: KeyExtractor<()>>(
+        name: &str,
+        store: Arc<KeyedRateLimiter<Vec<u8>, ManualClock>>,
+        key: K,
+    ) -> QuotaLayer<SeparateLimits, K> {
+        QuotaLayer::builder(key)
+            .policy(Policy::per_key(name, *store.quota()))
+            .build_with(|_| Ok::<_, std::convert::Infallible>(SeparateLimits::new([store])))
+            .unwrap()
     }
 
     /// (policy name, r, t) of every `RateLimit` member.
@@ -379,14 +391,10 @@ mod layer {
         let global = store(Quota::per_second(5).unwrap(), &clock);
         let per_key = store(Quota::per_minute(2).unwrap(), &clock);
         let svc = ServiceBuilder::new()
-            .layer(
-                QuotaLayer::new(global, |_: &Request<()>| Some(b"all".to_vec()))
-                    .policy_name(PolicyName::new("global").unwrap()),
-            )
-            .layer(
-                QuotaLayer::new(per_key, by_api_key)
-                    .policy_name(PolicyName::new("per-key").unwrap()),
-            )
+            .layer(named("global", global, |_: &Request<()>| {
+                Some(b"all".to_vec())
+            }))
+            .layer(named("per-key", per_key, by_api_key))
             .service_fn(|_req: Request<()>| async {
                 Ok::<_, Infallible>(Response::new("ok".to_string()))
             });

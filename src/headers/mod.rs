@@ -19,6 +19,7 @@
 //!   GCRA writes as the seconds until the quota is fully restored, rounded up.
 //! * [`RetryAfter`] / [`write_retry_after`]: delay-seconds rounded up when written; delay-seconds
 //!   and all three HTTP-date forms when read, bounded by [`MAX_RETRY_AFTER`].
+//! * [`PolicyList`]: the policies applied to a request together, as one `RateLimit-Policy` line.
 //! * [`HeaderStyle`]: which fields a server writes (IETF by default, legacy, or both), merged so
 //!   that stacked rate limits keep each other's fields.
 //! * [`requested_wait`]: the wait a response asks a client for, as the retry policies read it.
@@ -54,6 +55,7 @@ mod legacy;
 mod name;
 mod names;
 mod policy;
+mod policy_list;
 mod retry_after;
 mod service_limit;
 mod structured;
@@ -67,6 +69,7 @@ pub use names::{
     RATELIMIT, RATELIMIT_POLICY, X_RATELIMIT_LIMIT, X_RATELIMIT_REMAINING, X_RATELIMIT_RESET,
 };
 pub use policy::QuotaPolicy;
+pub use policy_list::PolicyList;
 pub(crate) use retry_after::ceil_secs;
 pub use retry_after::{MAX_RETRY_AFTER, RetryAfter, write_retry_after};
 pub use service_limit::ServiceLimit;

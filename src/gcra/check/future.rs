@@ -7,7 +7,7 @@ use std::task::{Context, Poll};
 
 use super::decisions::Decisions;
 use super::error::CheckError;
-use super::set::SetError;
+use super::set_error::SetError;
 use crate::gcra::Decision;
 
 /// An answer that is there already, or work (I/O) that produces it, boxed.

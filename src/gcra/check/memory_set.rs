@@ -9,7 +9,8 @@ use parking_lot::Mutex;
 use super::decisions::Decisions;
 use super::error::CheckError;
 use super::future::SetFuture;
-use super::set::{Demand, LimitSet, SetError, validate};
+use super::set::{Demand, LimitSet, validate};
+use super::set_error::SetError;
 use crate::clock::{Clock, MonotonicClock};
 use crate::gcra::{ConfigError, DEFAULT_MAX_KEYS, Decision, KeyedRateLimiter, Overflow, Quota};
 

@@ -15,13 +15,15 @@ mod future;
 mod memory_set;
 mod separate;
 mod set;
+mod set_error;
 
 pub use decisions::Decisions;
 pub use error::{CheckError, Rejection, StoreError, Unavailable};
 pub use future::{CheckFuture, SetFuture};
 pub use memory_set::{MemoryLimitSet, MemoryLimitSetBuilder};
 pub use separate::SeparateLimits;
-pub use set::{Demand, LimitSet, LimitSpec, SetError};
+pub use set::{Demand, LimitSet, LimitSpec};
+pub use set_error::SetError;
 
 use crate::clock::Clock;
 use crate::gcra::{KeyedRateLimiter, LimitKey, Quota};

@@ -5,8 +5,10 @@ use super::KeyedLimit;
 use super::decisions::Decisions;
 use super::error::CheckError;
 use super::future::SetFuture;
-use super::set::{Demand, LimitSet, SetError, validate};
+use super::set::{Demand, LimitSet, validate};
+use super::set_error::SetError;
 use crate::gcra::{Decision, Quota};
+use std::sync::Arc;
 
 /// Any [`KeyedLimit`]s (in memory, remote, two-tier, `Arc<dyn KeyedLimit>`) as a [`LimitSet`]:
 /// the generic fallback, for limits that share no lock and no store.
@@ -30,7 +32,7 @@ use crate::gcra::{Decision, Quota};
 /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// let per_key: Arc<dyn KeyedLimit> = Arc::new(KeyedRateLimiter::<Vec<u8>>::new(Quota::per_second(5)?));
 /// let global: Arc<dyn KeyedLimit> = Arc::new(KeyedRateLimiter::<Vec<u8>>::new(Quota::per_second(1)?));
-/// let set = SeparateLimits::new(vec![per_key, global]);
+/// let set = SeparateLimits::shared([per_key, global]);
 /// let request = |key| [Demand { limit: 0, key, cost: 1 }, Demand { limit: 1, key: b"", cost: 1 }];
 /// assert!(set.check_all(&request(b"a")).await?.allowed());
 /// let denied = set.check_all(&request(b"b")).await?;
@@ -38,24 +40,51 @@ use crate::gcra::{Decision, Quota};
 /// # Ok(())
 /// # }
 /// ```
-#[derive(Clone, Debug)]
-pub struct SeparateLimits<L> {
-    limits: Vec<L>,
+///
+/// The limits are kept as `Arc<dyn KeyedLimit>`, so the set's type names no limiter (a type
+/// with a lifetime bound inside a service keeps hyper's `serve_connection` in `tokio::spawn`
+/// from proving `Send`).
+#[derive(Clone)]
+pub struct SeparateLimits {
+    limits: Vec<Arc<dyn KeyedLimit>>,
 }
 
-impl<L: KeyedLimit> SeparateLimits<L> {
+impl SeparateLimits {
     /// A set of `limits`; demands name them by their position.
-    pub fn new(limits: Vec<L>) -> SeparateLimits<L> {
-        SeparateLimits { limits }
+    pub fn new<L: KeyedLimit + 'static>(limits: impl IntoIterator<Item = L>) -> SeparateLimits {
+        SeparateLimits {
+            limits: limits
+                .into_iter()
+                .map(|l| Arc::new(l) as Arc<dyn KeyedLimit>)
+                .collect(),
+        }
+    }
+
+    /// A set of limits already shared as `Arc<dyn KeyedLimit>`.
+    pub fn shared(limits: impl IntoIterator<Item = Arc<dyn KeyedLimit>>) -> SeparateLimits {
+        SeparateLimits {
+            limits: limits.into_iter().collect(),
+        }
     }
 
     /// The limits.
-    pub fn as_slice(&self) -> &[L] {
+    pub fn as_slice(&self) -> &[Arc<dyn KeyedLimit>] {
         &self.limits
     }
 }
 
-impl<L: KeyedLimit + Clone + 'static> LimitSet for SeparateLimits<L> {
+impl std::fmt::Debug for SeparateLimits {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SeparateLimits")
+            .field(
+                "quotas",
+                &self.limits.iter().map(|l| l.quota()).collect::<Vec<_>>(),
+            )
+            .finish()
+    }
+}
+
+impl LimitSet for SeparateLimits {
     fn limits(&self) -> usize {
         self.limits.len()
     }
@@ -76,7 +105,7 @@ impl<L: KeyedLimit + Clone + 'static> LimitSet for SeparateLimits<L> {
                 Err(pending) => SetFuture::new(async move { one(pending.await) }),
             };
         }
-        let owned: Vec<Owned<L>> = demands
+        let owned: Vec<Owned> = demands
             .iter()
             .map(|d| Owned {
                 limit: self.limits[d.limit].clone(),
@@ -90,8 +119,8 @@ impl<L: KeyedLimit + Clone + 'static> LimitSet for SeparateLimits<L> {
 }
 
 /// A demand the future owns.
-struct Owned<L> {
-    limit: L,
+struct Owned {
+    limit: Arc<dyn KeyedLimit>,
     index: usize,
     key: Vec<u8>,
     cost: u32,
@@ -103,7 +132,7 @@ fn one(answer: Result<Decision, CheckError>) -> Result<Decisions, SetError> {
         .map_err(|error| SetError::Check { demand: 0, error })
 }
 
-async fn peek_then_spend<L: KeyedLimit>(demands: &[Owned<L>]) -> Result<Decisions, SetError> {
+async fn peek_then_spend(demands: &[Owned]) -> Result<Decisions, SetError> {
     let check = |i: usize, cost: u32| {
         let future = demands[i].limit.check(&demands[i].key, cost);
         async move {
@@ -173,7 +202,6 @@ mod tests {
     use super::*;
     use crate::clock::ManualClock;
     use crate::gcra::KeyedRateLimiter;
-    use std::sync::Arc;
 
     fn limit(quota: Quota) -> Arc<dyn KeyedLimit> {
         Arc::new(

@@ -1,70 +1,159 @@
-//! [`QuotaLayer`]: holds the store and the key extractor; wraps services in [`QuotaService`].
+//! [`QuotaLayer`]: holds the limit set, the key extractor and the compiled policies; wraps
+//! services in [`QuotaService`].
 
 use std::sync::Arc;
 
+use http::StatusCode;
 use tower::Layer;
 
+use super::config::{Config, PolicyRule, Tier};
+use super::observe::Counters;
+use super::policy::MissingKey;
+use super::refusal::JsonRefusal;
 use super::service::QuotaService;
-use crate::gcra::KeyedLimit;
-use crate::headers::{HeaderStyle, PolicyName, QuotaPolicy};
+use crate::gcra::{KeyedLimit, SeparateLimits};
+use crate::headers::{HeaderStyle, PolicyList, PolicyName};
 
-/// Applies a keyed quota to inbound `http` requests. See the [module docs](super) for an example.
-pub struct QuotaLayer<St: ?Sized, K> {
-    store: Arc<St>,
+/// Applies quotas to inbound `http` requests: a tower [`Layer`] for axum (`Router::layer`,
+/// `route_layer`), hyper, tonic and any `http` service. See the [module docs](super).
+///
+/// Built from a key extractor and [`Policy`](super::Policy)s with [`QuotaLayer::builder`] (in
+/// memory, or over any [`LimitSet`](crate::gcra::LimitSet)), or from one existing keyed limiter
+/// with [`QuotaLayer::new`]; tuned with [`missing_key`](Self::missing_key),
+/// [`shadow`](Self::shadow), [`header_style`](Self::header_style) and
+/// [`refusal`](Self::refusal). Cheap to clone.
+pub struct QuotaLayer<J: ?Sized, K, H = JsonRefusal> {
+    set: Arc<J>,
     key: K,
-    policy: Arc<QuotaPolicy>,
-    style: HeaderStyle,
+    config: Arc<Config>,
+    refusal: H,
 }
 
-impl<St: KeyedLimit + ?Sized, K> QuotaLayer<St, K> {
-    /// Limits requests by `key` (see [`KeyExtractor`](super::KeyExtractor)) against `store`,
-    /// advertising the store's quota as the policy `"default"` in the IETF fields.
-    pub fn new(store: Arc<St>, key: K) -> Self {
-        let policy = Arc::new(store.quota().rate_limit_policy(PolicyName::default()));
-        QuotaLayer {
-            store,
+impl<K> QuotaLayer<SeparateLimits, K> {
+    /// Limits requests by `key` (see [`KeyExtractor`](super::KeyExtractor)) against one
+    /// existing keyed limiter (in memory, remote, two-tier, `Arc<dyn KeyedLimit>`), advertised
+    /// as the per-key policy `"default"`. Requests without a key share one quota
+    /// ([`MissingKey::Anonymous`]).
+    pub fn new<St: KeyedLimit + ?Sized + 'static>(store: Arc<St>, key: K) -> Self {
+        let quota = store.quota();
+        let name = PolicyName::default();
+        let list = PolicyList::new(vec![quota.rate_limit_policy(name.clone())])
+            .unwrap_or_else(|_| unreachable!("one policy is not an empty list"));
+        let tier = Tier {
+            name: "default".to_owned(),
+            policies: Box::new([PolicyRule {
+                counters: Counters::new("default", name.as_str()),
+                name,
+                limit: 0,
+                global: false,
+            }]),
+            list,
+        };
+        QuotaLayer::from_parts(
+            Arc::new(SeparateLimits::new([store])),
             key,
-            policy,
-            style: HeaderStyle::default(),
-        }
-    }
-
-    /// Names the policy in the rate-limit fields (default `"default"`). Stacked layers need
-    /// distinct names so that a client can tell their `RateLimit` members apart.
-    pub fn policy_name(mut self, name: PolicyName) -> Self {
-        self.policy = Arc::new(self.store.quota().rate_limit_policy(name));
-        self
-    }
-
-    /// Which rate-limit fields responses carry (default [`HeaderStyle::Ietf`]:
-    /// `RateLimit-Policy` and `RateLimit`; [`HeaderStyle::Legacy`] for `X-RateLimit-*`).
-    pub fn header_style(mut self, style: HeaderStyle) -> Self {
-        self.style = style;
-        self
-    }
-}
-
-impl<S, St: ?Sized, K: Clone> Layer<S> for QuotaLayer<St, K> {
-    type Service = QuotaService<S, St, K>;
-
-    fn layer(&self, inner: S) -> Self::Service {
-        QuotaService::new(
-            inner,
-            self.store.clone(),
-            self.key.clone(),
-            self.policy.clone(),
-            self.style,
+            Config {
+                tiers: Box::new([tier]),
+                missing: MissingKey::default(),
+                shadow: false,
+                style: HeaderStyle::default(),
+            },
+            JsonRefusal,
         )
     }
 }
 
-impl<St: ?Sized, K: Clone> Clone for QuotaLayer<St, K> {
+impl<J: ?Sized, K, H> QuotaLayer<J, K, H> {
+    pub(super) fn from_parts(set: Arc<J>, key: K, config: Config, refusal: H) -> Self {
+        QuotaLayer {
+            set,
+            key,
+            config: Arc::new(config),
+            refusal,
+        }
+    }
+
+    fn configure(mut self, change: impl FnOnce(&mut Config)) -> Self {
+        change(Arc::make_mut(&mut self.config));
+        self
+    }
+
+    /// What requests without a key get (default [`MissingKey::Anonymous`]: they share one
+    /// quota). A [`Reject`](MissingKey::Reject) status that is not a client error (4xx) is
+    /// answered as `400 Bad Request`.
+    pub fn missing_key(self, missing: MissingKey) -> Self {
+        let missing = match missing {
+            MissingKey::Reject(status) if !status.is_client_error() => {
+                tracing::warn!(%status, "a request without a key is a client error; rejecting with 400");
+                MissingKey::Reject(StatusCode::BAD_REQUEST)
+            }
+            other => other,
+        };
+        self.configure(|c| c.missing = missing)
+    }
+
+    /// Shadow mode (dry run): every request is decided, spent, counted and given the
+    /// rate-limit fields, but none is refused; `flowguard_quota_decisions_total` counts the
+    /// ones that would have been as `outcome="shadow_denied"`. For trying quotas on live
+    /// traffic before enforcing them.
+    pub fn shadow(self, shadow: bool) -> Self {
+        self.configure(|c| c.shadow = shadow)
+    }
+
+    /// Which rate-limit fields responses carry (default [`HeaderStyle::Ietf`]:
+    /// `RateLimit-Policy` listing every policy of the request's tier and `RateLimit` for the
+    /// one that decided; [`HeaderStyle::Legacy`] for `X-RateLimit-*` of that policy).
+    pub fn header_style(self, style: HeaderStyle) -> Self {
+        self.configure(|c| c.style = style)
+    }
+
+    /// Answers refusals with `refusal` instead of [`JsonRefusal`] (any
+    /// `Fn(&Refusal<'_>) -> Response<R>`); the layer still adds `Retry-After` and the
+    /// rate-limit fields.
+    pub fn refusal<H2>(self, refusal: H2) -> QuotaLayer<J, K, H2> {
+        QuotaLayer {
+            set: self.set,
+            key: self.key,
+            config: self.config,
+            refusal,
+        }
+    }
+
+    /// The limit set the layer decides with.
+    pub fn set(&self) -> &Arc<J> {
+        &self.set
+    }
+}
+
+impl<S, J: ?Sized, K: Clone, H: Clone> Layer<S> for QuotaLayer<J, K, H> {
+    type Service = QuotaService<S, J, K, H>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        QuotaService::new(
+            inner,
+            self.set.clone(),
+            self.key.clone(),
+            self.config.clone(),
+            self.refusal.clone(),
+        )
+    }
+}
+
+impl<J: ?Sized, K: Clone, H: Clone> Clone for QuotaLayer<J, K, H> {
     fn clone(&self) -> Self {
         QuotaLayer {
-            store: self.store.clone(),
+            set: self.set.clone(),
             key: self.key.clone(),
-            policy: self.policy.clone(),
-            style: self.style,
+            config: self.config.clone(),
+            refusal: self.refusal.clone(),
         }
+    }
+}
+
+impl<J: ?Sized, K, H> std::fmt::Debug for QuotaLayer<J, K, H> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("QuotaLayer")
+            .field("config", &self.config)
+            .finish_non_exhaustive()
     }
 }

@@ -1,174 +1,196 @@
-//! [`QuotaService`]: checks each request's key, answers 429 when over quota.
+//! [`QuotaService`]: decides each request against its tier's policies; answers refusals itself.
 
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use std::time::Duration;
-
-use http::{Request, Response, StatusCode};
+use http::{Request, Response};
 use tower::Service;
 
-use std::future::Future;
-use std::pin::Pin;
-
+use super::answer::{self, Verdict};
+use super::config::{ANONYMOUS_KEY, Config, GLOBAL_KEY};
+use super::future::ResponseFuture;
 use super::key::KeyExtractor;
-use crate::gcra::remote::StoreError;
-use crate::gcra::{CheckError, GcraError, KeyedLimit};
-use crate::headers::{HeaderStyle, QuotaPolicy, write_retry_after};
+use super::policy::MissingKey;
+use super::refusal::RefusalResponse;
+use crate::gcra::{Demand, LimitSet};
+
+/// Demands built on the stack; tiers with more policies use the heap.
+const INLINE_POLICIES: usize = 8;
 
 /// The middleware service built by [`QuotaLayer`](super::QuotaLayer).
 ///
-/// * allowed: the inner service answers; the rate-limit fields are added to its response.
-/// * denied: `429 Too Many Requests` with `Retry-After` and the rate-limit fields; the inner
-///   service is not called.
+/// Each request is decided against every policy of its tier at once (allowed only if all allow;
+/// a denial spends nothing):
 ///
-/// The rate-limit fields are those of the layer's [`HeaderStyle`] (by default the IETF
-/// `RateLimit-Policy: "default";q=B;w=W` and `RateLimit: "default";r=R;t=T`; see
-/// [`Decision::write_headers`](crate::gcra::Decision::write_headers)). They are added to what
-/// the response already has, so stacked layers keep each other's. A degraded decision (the
-/// store answered by its failure policy) lists the policy without a `RateLimit` member: it
-/// does not know the numbers.
+/// * allowed: the deciding policy's [`Decision`](crate::gcra::Decision) is inserted into the
+///   request's extensions (axum: `Extension<Decision>`), the inner service answers, and the
+///   rate-limit fields are added to its response: `RateLimit-Policy` lists every policy of the
+///   tier, `RateLimit` gives the most restrictive one's remaining quota (by default; see
+///   [`HeaderStyle`](crate::headers::HeaderStyle)).
+/// * denied: `429 Too Many Requests` from the layer's [`RefusalResponse`] (by default a short
+///   JSON body), with `Retry-After` (the longest wait among the denying policies, in whole
+///   seconds rounded up, so a client that waits exactly that long fits) and the fields, the
+///   `RateLimit` member naming the denying policy; the inner service is not called.
+/// * in [shadow mode](super::QuotaLayer::shadow), every request is passed, with its fields.
 ///
-/// When the store returns an error instead of a decision, the answer says what is true of the
+/// A degraded decision (a store that answered by its failure policy, or a full in-memory store
+/// deciding untracked) lists its policies without a `RateLimit` member: it does not know the
+/// numbers.
+///
+/// When the set returns an error instead of decisions, the answer says what is true of the
 /// request, so that clients retry only what can succeed (the inner service is not called):
 ///
-/// | store error | answer | why |
+/// | error | answer | why |
 /// |---|---|---|
-/// | [`InsufficientCapacity`](GcraError::InsufficientCapacity): cost above the burst | `413 Content Too Large`, **no** `Retry-After`, the policy (`RateLimit-Policy`, whose `q` is the burst, or `X-RateLimit-Limit: <burst>`) | the request can never pass, however long the client waits. RFC 9110 §15.5.14: the request is larger than the server is willing to process, and without `Retry-After` the condition is not temporary. `429` would say "too many requests in a given amount of time" (RFC 6585) and invite a retry that cannot succeed; generic clients, flowguard's included, do not retry a `413` without `Retry-After` |
-/// | [`KeyLimitReached`](GcraError::KeyLimitReached): a full in-memory store rejecting new keys | `503 Service Unavailable`, `Retry-After: 1` | a temporary condition of the server: a new key fits as soon as any tracked key expires, which the server cannot predict |
-/// | [`Unavailable`](StoreError::Unavailable) (a store without a failure policy) | `503 Service Unavailable`, `Retry-After: 1` | temporary. The [remote](crate::gcra::remote) limiter answers unavailability by its [`FailurePolicy`](crate::gcra::remote::FailurePolicy) instead, as a decision (allowed, denied with `429`, or decided locally) |
+/// | [`InsufficientCapacity`](crate::gcra::GcraError::InsufficientCapacity): cost above a policy's burst | `413 Content Too Large`, **no** `Retry-After`, `RateLimit-Policy` (whose `q` is the burst) | the request can never pass, however long the client waits (RFC 9110 §15.5.14: without `Retry-After` the condition is not temporary). `429` would invite a retry that cannot succeed; flowguard's clients do not retry a `413` without `Retry-After` |
+/// | [`KeyLimitReached`](crate::gcra::GcraError::KeyLimitReached): a full in-memory store rejecting new keys | `503 Service Unavailable`, `Retry-After: 1` | temporary: a new key fits as soon as any tracked key expires |
+/// | [`Unavailable`](crate::gcra::remote::StoreError::Unavailable) (a store without a failure policy) | `503`, `Retry-After: 1` | temporary. The [remote](crate::gcra::remote) limiter answers unavailability by its [`FailurePolicy`](crate::gcra::remote::FailurePolicy) instead, as a (degraded) decision |
 /// | anything else (a Redis key of another type, corrupt state, a refused command) | `500 Internal Server Error`, no `Retry-After` | a fault of the server's configuration that waiting does not fix |
 ///
 /// Every error is counted in `flowguard_rate_limit_errors_total{reason}`; a cost above the burst
-/// is logged at debug level (the client's mistake), the others as warnings or errors.
-pub struct QuotaService<S, St: ?Sized, K> {
+/// is logged at debug level (the client's mistake), the others as warnings or errors. Decisions
+/// are counted in `flowguard_quota_decisions_total{tier,policy,outcome}` (`allowed`, `denied`,
+/// `shadow_denied`, `degraded`), labelled with the deciding policy, and made inside a
+/// `quota_decision` tracing span (debug level) recording the tier, the policy and the outcome.
+///
+/// The response future is a named [`ResponseFuture`]: nothing is boxed. An in-memory set decides
+/// inside `call`, and the inner service is called from there; a set that does I/O is awaited
+/// first, and then the service made ready by `poll_ready` is called (a clone takes its place).
+pub struct QuotaService<S, J: ?Sized, K, H> {
     inner: S,
-    store: Arc<St>,
+    set: Arc<J>,
     key: K,
-    policy: Arc<QuotaPolicy>,
-    style: HeaderStyle,
+    config: Arc<Config>,
+    refusal: H,
 }
 
-impl<S, St: ?Sized, K> QuotaService<S, St, K> {
-    pub(super) fn new(
-        inner: S,
-        store: Arc<St>,
-        key: K,
-        policy: Arc<QuotaPolicy>,
-        style: HeaderStyle,
-    ) -> Self {
+impl<S, J: ?Sized, K, H> QuotaService<S, J, K, H> {
+    pub(super) fn new(inner: S, set: Arc<J>, key: K, config: Arc<Config>, refusal: H) -> Self {
         QuotaService {
             inner,
-            store,
+            set,
             key,
-            policy,
-            style,
+            config,
+            refusal,
         }
     }
 }
 
-/// The response future: `Send + 'static`, boxed.
-type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
-
-// `St` needs no `'static` bound: the check's future owns what it needs, so the response future
-// holds no reference to the store. (A store type in that future, e.g. `dyn KeyedLimit + '_` with
-// its erased lifetime, kept hyper's `serve_connection` inside `tokio::spawn` from proving `Send`.)
-impl<S, St, K, B, R> Service<Request<B>> for QuotaService<S, St, K>
+impl<S, J, K, H, B, R> Service<Request<B>> for QuotaService<S, J, K, H>
 where
-    S: Service<Request<B>, Response = Response<R>> + Clone + Send + 'static,
-    S::Future: Send,
-    St: KeyedLimit + ?Sized,
+    S: Service<Request<B>, Response = Response<R>> + Clone,
+    J: LimitSet + ?Sized,
     K: KeyExtractor<B>,
-    B: Send + 'static,
-    R: Default + Send + 'static,
+    H: RefusalResponse<R>,
 {
     type Response = Response<R>;
     type Error = S::Error;
-    type Future = BoxFuture<Result<Response<R>, S::Error>>;
+    type Future = ResponseFuture<S, B, H>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         self.inner.poll_ready(cx)
     }
 
-    fn call(&mut self, req: Request<B>) -> Self::Future {
-        // The clone is fresh; the ready one (driven by poll_ready) serves this request.
-        let clone = self.inner.clone();
-        let mut inner = std::mem::replace(&mut self.inner, clone);
-        let Some(key) = self.key.key(&req) else {
-            return Box::pin(inner.call(req));
+    fn call(&mut self, mut req: Request<B>) -> Self::Future {
+        let config = &*self.config;
+        let tier_index = config.tier(self.key.tier(&req));
+        let tier = &config.tiers[tier_index];
+        let key = self.key.key(&req);
+        let key_bytes = match key.as_ref().map(|k| k.as_bytes()) {
+            Some(bytes) if !bytes.is_empty() => bytes,
+            _ => match config.missing {
+                MissingKey::Anonymous => ANONYMOUS_KEY,
+                MissingKey::Bypass => {
+                    drop(key);
+                    return ResponseFuture::calling(self.inner.call(req), None, &self.config);
+                }
+                MissingKey::Reject(status) => {
+                    tracing::debug!(%status, "request without a rate-limit key refused");
+                    return ResponseFuture::done(answer::missing_key(status, &self.refusal));
+                }
+            },
         };
-        let check = self.store.check(&key, self.key.cost(&req));
-        let (policy, style) = (self.policy.clone(), self.style);
-        Box::pin(async move {
-            match check.await {
-                Ok(decision) if decision.allowed => {
-                    let mut response = inner.call(req).await?;
-                    decision.write_headers(&policy, style, response.headers_mut());
-                    Ok(response)
+        let cost = self.key.cost(&req);
+        let demand = |rule: &super::config::PolicyRule| Demand {
+            limit: rule.limit,
+            key: if rule.global { GLOBAL_KEY } else { key_bytes },
+            cost,
+        };
+        let span = tracing::debug_span!(
+            "quota_decision",
+            tier = %tier.name,
+            policy = tracing::field::Empty,
+            outcome = tracing::field::Empty,
+        );
+        let check = {
+            let _entered = span.enter();
+            if tier.policies.len() <= INLINE_POLICIES {
+                let mut demands = [Demand {
+                    limit: 0,
+                    key: &[],
+                    cost: 0,
+                }; INLINE_POLICIES];
+                for (slot, rule) in demands.iter_mut().zip(tier.policies.iter()) {
+                    *slot = demand(rule);
                 }
-                Ok(decision) => {
-                    let mut response = status(StatusCode::TOO_MANY_REQUESTS);
-                    decision.write_headers(&policy, style, response.headers_mut());
-                    Ok(response)
-                }
-                Err(error) => Ok(refusal(&error, &policy, style)),
+                self.set.check_all(&demands[..tier.policies.len()])
+            } else {
+                let demands: Vec<Demand<'_>> = tier.policies.iter().map(demand).collect();
+                self.set.check_all(&demands)
             }
-        })
+        };
+        drop(key);
+        match check.into_ready() {
+            Ok(answer) => {
+                let verdict = {
+                    let _entered = span.enter();
+                    answer::verdict(config, tier_index, answer, &self.refusal, &span)
+                };
+                match verdict {
+                    Verdict::Pass { decision, fields } => {
+                        if let Some(decision) = decision {
+                            req.extensions_mut().insert(decision);
+                        }
+                        ResponseFuture::calling(self.inner.call(req), fields, &self.config)
+                    }
+                    Verdict::Refuse(response) => ResponseFuture::done(response),
+                }
+            }
+            Err(pending) => {
+                // The ready service (driven by poll_ready) serves this request once decided;
+                // a fresh clone takes its place.
+                let clone = self.inner.clone();
+                let inner = std::mem::replace(&mut self.inner, clone);
+                ResponseFuture::deciding(
+                    pending,
+                    inner,
+                    req,
+                    self.config.clone(),
+                    self.refusal.clone(),
+                    tier_index,
+                    span,
+                )
+            }
+        }
     }
 }
 
-fn status<R: Default>(code: StatusCode) -> Response<R> {
-    let mut response = Response::new(R::default());
-    *response.status_mut() = code;
-    response
-}
-
-/// The answer to a request the store returned `error` for (see [`QuotaService`]), logged and counted.
-fn refusal<R: Default>(
-    error: &CheckError,
-    policy: &QuotaPolicy,
-    style: HeaderStyle,
-) -> Response<R> {
-    let (reason, response) = match error {
-        CheckError::Gcra(GcraError::InsufficientCapacity { .. }) => {
-            tracing::debug!(%error, "request costs more than the burst; answering 413 (final)");
-            let mut response = status(StatusCode::PAYLOAD_TOO_LARGE);
-            // The policy's quota is the burst: the largest cost that can pass.
-            style.write(response.headers_mut(), policy, None);
-            ("insufficient_capacity", response)
-        }
-        CheckError::Gcra(GcraError::KeyLimitReached { .. }) => {
-            tracing::warn!(%error, "rate-limit store is full; answering 503");
-            ("key_limit_reached", retry_soon())
-        }
-        CheckError::Store(StoreError::Unavailable(_)) => {
-            tracing::error!(%error, "rate-limit store did not answer; answering 503");
-            ("store_unavailable", retry_soon())
-        }
-        _ => {
-            tracing::error!(%error, "rate-limit store failed; answering 500");
-            ("store_fault", status(StatusCode::INTERNAL_SERVER_ERROR))
-        }
-    };
-    metrics::counter!("flowguard_rate_limit_errors_total", "reason" => reason).increment(1);
-    response
-}
-
-/// `503 Service Unavailable` with `Retry-After: 1`: a temporary condition of the server.
-fn retry_soon<R: Default>() -> Response<R> {
-    let mut response = status(StatusCode::SERVICE_UNAVAILABLE);
-    write_retry_after(response.headers_mut(), Duration::from_secs(1));
-    response
-}
-
-impl<S: Clone, St: ?Sized, K: Clone> Clone for QuotaService<S, St, K> {
+impl<S: Clone, J: ?Sized, K: Clone, H: Clone> Clone for QuotaService<S, J, K, H> {
     fn clone(&self) -> Self {
         QuotaService {
             inner: self.inner.clone(),
-            store: self.store.clone(),
+            set: self.set.clone(),
             key: self.key.clone(),
-            policy: self.policy.clone(),
-            style: self.style,
+            config: self.config.clone(),
+            refusal: self.refusal.clone(),
         }
+    }
+}
+
+impl<S, J: ?Sized, K, H> std::fmt::Debug for QuotaService<S, J, K, H> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("QuotaService")
+            .field("config", &self.config)
+            .finish_non_exhaustive()
     }
 }

@@ -1,0 +1,183 @@
+//! [`ResponseFuture`]: the response of [`QuotaService`](super::QuotaService), without a box.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll, ready};
+
+use http::{Request, Response};
+use pin_project_lite::pin_project;
+use tower::Service;
+
+use super::answer::{self, Fields, Verdict};
+use super::config::Config;
+use super::refusal::RefusalResponse;
+use crate::gcra::SetFuture;
+
+pin_project! {
+    /// The response future of [`QuotaService`](super::QuotaService): the set's decision when it
+    /// does I/O, then the inner service's response with the rate-limit fields added, or the
+    /// layer's own answer. A named type: nothing is boxed per request.
+    pub struct ResponseFuture<S, B, H>
+    where
+        S: Service<Request<B>>,
+    {
+        #[pin]
+        state: State<S, B, H>,
+    }
+}
+
+pin_project! {
+    #[project = StateProj]
+    enum State<S, B, H>
+    where
+        S: Service<Request<B>>,
+    {
+        /// Waiting for a set that does I/O.
+        Deciding {
+            check: SetFuture,
+            waiting: Option<Waiting<S, B, H>>,
+        },
+        /// The inner service is answering.
+        Calling {
+            #[pin]
+            future: S::Future,
+            fields: Option<(Fields, Arc<Config>)>,
+        },
+        /// The layer answered; `None` once taken.
+        Done {
+            response: Option<S::Response>,
+        },
+    }
+}
+
+/// What a request waiting for its decision keeps.
+struct Waiting<S, B, H> {
+    inner: S,
+    request: Request<B>,
+    config: Arc<Config>,
+    refusal: H,
+    tier: usize,
+    span: tracing::Span,
+}
+
+impl<S, B, H> ResponseFuture<S, B, H>
+where
+    S: Service<Request<B>>,
+{
+    pub(super) fn calling(future: S::Future, fields: Option<Fields>, config: &Arc<Config>) -> Self {
+        ResponseFuture {
+            state: State::Calling {
+                future,
+                fields: fields.map(|f| (f, config.clone())),
+            },
+        }
+    }
+
+    pub(super) fn done(response: S::Response) -> Self {
+        ResponseFuture {
+            state: State::Done {
+                response: Some(response),
+            },
+        }
+    }
+
+    pub(super) fn deciding(
+        check: SetFuture,
+        inner: S,
+        request: Request<B>,
+        config: Arc<Config>,
+        refusal: H,
+        tier: usize,
+        span: tracing::Span,
+    ) -> Self {
+        ResponseFuture {
+            state: State::Deciding {
+                check,
+                waiting: Some(Waiting {
+                    inner,
+                    request,
+                    config,
+                    refusal,
+                    tier,
+                    span,
+                }),
+            },
+        }
+    }
+}
+
+impl<S, B, H, R> Future for ResponseFuture<S, B, H>
+where
+    S: Service<Request<B>, Response = Response<R>>,
+    H: RefusalResponse<R>,
+{
+    type Output = Result<Response<R>, S::Error>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        loop {
+            let mut state = self.as_mut().project().state;
+            match state.as_mut().project() {
+                StateProj::Deciding { check, waiting } => {
+                    let answer = {
+                        let _entered = waiting.as_ref().map(|w| w.span.enter());
+                        ready!(Pin::new(check).poll(cx))
+                    };
+                    // Polled again after completion: a caller's bug, answered without a panic.
+                    let Some(mut w) = waiting.take() else {
+                        return Poll::Pending;
+                    };
+                    let verdict = {
+                        let _entered = w.span.enter();
+                        answer::verdict(&w.config, w.tier, answer, &w.refusal, &w.span)
+                    };
+                    match verdict {
+                        Verdict::Pass { decision, fields } => {
+                            if let Some(decision) = decision {
+                                w.request.extensions_mut().insert(decision);
+                            }
+                            let future = w.inner.call(w.request);
+                            state.set(State::Calling {
+                                future,
+                                fields: fields.map(|f| (f, w.config)),
+                            });
+                        }
+                        Verdict::Refuse(response) => {
+                            state.set(State::Done { response: None });
+                            return Poll::Ready(Ok(response));
+                        }
+                    }
+                }
+                StateProj::Calling { future, fields } => {
+                    let mut response = ready!(future.poll(cx))?;
+                    if let Some((fields, config)) = fields.take() {
+                        fields.write(&config, response.headers_mut());
+                    }
+                    return Poll::Ready(Ok(response));
+                }
+                StateProj::Done { response } => {
+                    return match response.take() {
+                        Some(response) => Poll::Ready(Ok(response)),
+                        None => Poll::Pending,
+                    };
+                }
+            }
+        }
+    }
+}
+
+impl<S, B, H> std::fmt::Debug for ResponseFuture<S, B, H>
+where
+    S: Service<Request<B>>,
+{
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let state = match &self.state {
+            State::Deciding { .. } => "deciding",
+            State::Calling { .. } => "calling",
+            State::Done { .. } => "done",
+        };
+        f.debug_struct("ResponseFuture")
+            .field("state", &state)
+            .finish()
+    }
+}
