@@ -1,12 +1,16 @@
 //! [`PolicyList`]: every policy a server applies to a request, written as one `RateLimit-Policy`
 //! field line.
 
+use std::time::Duration;
+
 use http::{HeaderMap, HeaderValue};
 
 use super::legacy;
 use super::names::{RATELIMIT, RATELIMIT_POLICY};
 use super::policy::QuotaPolicy;
+use super::retry_after::ceil_secs;
 use super::service_limit::ServiceLimit;
+use super::structured::MAX_INTEGER;
 use super::style::HeaderStyle;
 
 /// The policies that apply to a request together (several quotas per request), with their
@@ -31,6 +35,8 @@ use super::style::HeaderStyle;
 pub struct PolicyList {
     policies: Vec<QuotaPolicy>,
     field: HeaderValue,
+    /// Each policy's `RateLimit` member up to its remaining quota: `"name";r=`.
+    members: Vec<Vec<u8>>,
 }
 
 impl PolicyList {
@@ -51,7 +57,20 @@ impl PolicyList {
         }
         // Each member is a valid field value, and so is their list.
         let field = HeaderValue::from_bytes(&line).unwrap_or_else(|_| HeaderValue::from_static(""));
-        Ok(PolicyList { policies, field })
+        let members = policies
+            .iter()
+            .map(|p| {
+                let mut member = String::new();
+                super::structured::write_string(&mut member, p.name().as_str());
+                member.push_str(";r=");
+                member.into_bytes()
+            })
+            .collect();
+        Ok(PolicyList {
+            policies,
+            field,
+            members,
+        })
     }
 
     /// The policies.
@@ -87,4 +106,65 @@ impl PolicyList {
             legacy::write(headers, policy, limit);
         }
     }
+
+    /// [`write`](Self::write) with the current limit of policy `deciding` given as its
+    /// `remaining` quota and the time until it is fully restored, `reset` (written in whole
+    /// seconds, rounded up): the same fields, built without intermediate values, for servers
+    /// that write them on every response.
+    ///
+    /// ```
+    /// use flowguard::headers::{HeaderStyle, PolicyList, PolicyName, QuotaPolicy};
+    /// use http::HeaderMap;
+    /// use std::time::Duration;
+    ///
+    /// let list = PolicyList::new(vec![QuotaPolicy::new(PolicyName::new("day")?, 100)])?;
+    /// let mut headers = HeaderMap::new();
+    /// list.write_remaining(HeaderStyle::Ietf, &mut headers, 0, 7, Duration::from_millis(1500));
+    /// assert_eq!(headers["ratelimit"], r#""day";r=7;t=2"#);
+    /// # Ok::<(), flowguard::headers::FieldError>(())
+    /// ```
+    pub fn write_remaining(
+        &self,
+        style: HeaderStyle,
+        headers: &mut HeaderMap,
+        deciding: usize,
+        remaining: u32,
+        reset: Duration,
+    ) {
+        let (Some(policy), Some(member)) =
+            (self.policies.get(deciding), self.members.get(deciding))
+        else {
+            return;
+        };
+        if style == HeaderStyle::Ietf {
+            let mut value = Vec::with_capacity(member.len() + 24);
+            value.extend_from_slice(member);
+            push_decimal(&mut value, u64::from(remaining));
+            value.extend_from_slice(b";t=");
+            push_decimal(&mut value, ceil_secs(reset).min(MAX_INTEGER));
+            headers.append(RATELIMIT_POLICY, self.field.clone());
+            if let Ok(value) = HeaderValue::try_from(value) {
+                headers.append(RATELIMIT, value);
+            }
+            return;
+        }
+        let limit = ServiceLimit::new(policy.name().clone(), remaining);
+        let limit = limit.clone().with_reset(reset).unwrap_or(limit);
+        self.write(style, headers, deciding, Some(&limit));
+    }
+}
+
+/// Appends `n` in decimal.
+fn push_decimal(out: &mut Vec<u8>, mut n: u64) {
+    let mut digits = [0u8; 20];
+    let mut i = digits.len();
+    loop {
+        i -= 1;
+        digits[i] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    out.extend_from_slice(&digits[i..]);
 }

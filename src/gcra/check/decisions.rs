@@ -4,10 +4,7 @@ use std::time::Duration;
 
 use crate::gcra::Decision;
 
-/// Demands kept inline (no allocation) by [`Decisions`]; more go to the heap.
-const INLINE: usize = 4;
-
-/// Fills unused inline slots.
+/// Fills the first slot before a decision is pushed.
 const UNUSED: Decision = Decision {
     allowed: false,
     limit: 0,
@@ -18,37 +15,42 @@ const UNUSED: Decision = Decision {
 };
 
 /// The answers of [`LimitSet::check_all`](super::LimitSet::check_all), one [`Decision`] per
-/// demand, in the order of the demands. Up to four are kept inline, without allocating.
+/// demand, in the order of the demands. The first is kept inline, so a check of one demand
+/// allocates nothing (and the value stays small to move); more go to the heap.
 ///
 /// When [`allowed`](Self::allowed), every demand was granted and spent. Otherwise nothing was
 /// spent (for sets that decide atomically), and each decision says whether its demand alone
 /// would fit right now (`allowed`) or when it will ([`retry_after`](Decision::retry_after)).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Decisions {
+    first: Decision,
+    /// Every decision, when there are more than one (the first included, so that
+    /// [`as_slice`](Self::as_slice) is one slice).
+    all: Vec<Decision>,
     len: usize,
-    inline: [Decision; INLINE],
-    heap: Vec<Decision>,
 }
 
 impl Decisions {
-    /// No decisions yet.
+    /// No decisions yet, with room for `demands`.
     pub(crate) fn with_capacity(demands: usize) -> Decisions {
         Decisions {
-            len: 0,
-            inline: [UNUSED; INLINE],
-            heap: if demands > INLINE {
+            first: UNUSED,
+            all: if demands > 1 {
                 Vec::with_capacity(demands)
             } else {
                 Vec::new()
             },
+            len: 0,
         }
     }
 
     /// One decision.
     pub fn one(decision: Decision) -> Decisions {
-        let mut decisions = Decisions::with_capacity(1);
-        decisions.push(decision);
-        decisions
+        Decisions {
+            first: decision,
+            all: Vec::new(),
+            len: 1,
+        }
     }
 
     /// The decisions of `decisions`, in order.
@@ -62,23 +64,24 @@ impl Decisions {
 
     /// Appends the next demand's decision.
     pub(crate) fn push(&mut self, decision: Decision) {
-        if self.len < INLINE && self.heap.is_empty() {
-            self.inline[self.len] = decision;
-        } else {
-            if self.heap.is_empty() {
-                self.heap.extend_from_slice(&self.inline[..self.len]);
+        match self.len {
+            0 => self.first = decision,
+            1 => {
+                self.all.reserve(2);
+                self.all.push(self.first);
+                self.all.push(decision);
             }
-            self.heap.push(decision);
+            _ => self.all.push(decision),
         }
         self.len += 1;
     }
 
     /// The decisions, one per demand, in order.
     pub fn as_slice(&self) -> &[Decision] {
-        if self.heap.is_empty() {
-            &self.inline[..self.len]
-        } else {
-            &self.heap
+        match self.len {
+            0 => &[],
+            1 => std::slice::from_ref(&self.first),
+            _ => &self.all,
         }
     }
 

@@ -124,8 +124,6 @@ impl SetFuture {
     }
 
     /// The answer, if the set has it already (in memory); otherwise the future back.
-    // Both sides hold the decisions inline on purpose: boxing would allocate on the hot path.
-    #[allow(clippy::result_large_err)]
     pub fn into_ready(self) -> Result<Result<Decisions, SetError>, SetFuture> {
         self.answer
             .into_ready()

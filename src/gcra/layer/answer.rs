@@ -55,9 +55,14 @@ fn write_fields(
     decision: Option<&Decision>,
     headers: &mut HeaderMap,
 ) {
-    let limit = decision.and_then(|d| d.service_limit(&tier.policies[deciding].name));
-    tier.list
-        .write(config.style, headers, deciding, limit.as_ref());
+    match decision {
+        Some(d) if d.degraded.is_none() => {
+            tier.list
+                .write_remaining(config.style, headers, deciding, d.remaining, d.reset_after);
+        }
+        // Degraded: the numbers are not the shared state's, so none are advertised.
+        _ => tier.list.write(config.style, headers, deciding, None),
+    }
 }
 
 /// The policy whose decision the fields report: for a denial, the denied policy with the
@@ -101,8 +106,10 @@ pub(super) fn verdict<R, H: RefusalResponse<R>>(
         _ => Outcome::Denied,
     };
     policy.counters.count(outcome);
-    span.record("policy", policy.name.as_str());
-    span.record("outcome", outcome.as_str());
+    if !span.is_disabled() {
+        span.record("policy", policy.name.as_str());
+        span.record("outcome", outcome.as_str());
+    }
     if allowed || config.shadow {
         if !allowed {
             tracing::debug!(policy = %policy.name, "shadow mode: would have refused (429)");

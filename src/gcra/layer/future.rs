@@ -33,10 +33,10 @@ pin_project! {
     where
         S: Service<Request<B>>,
     {
-        /// Waiting for a set that does I/O.
+        /// Waiting for a set that does I/O (boxed: that path allocates anyway, and the future
+        /// of the in-memory path stays small).
         Deciding {
-            check: SetFuture,
-            waiting: Option<Waiting<S, B, H>>,
+            pending: Box<Pending<S, B, H>>,
         },
         /// The inner service is answering.
         Calling {
@@ -49,6 +49,12 @@ pin_project! {
             response: Option<S::Response>,
         },
     }
+}
+
+/// The set's work, and what the request keeps meanwhile.
+struct Pending<S, B, H> {
+    check: SetFuture,
+    waiting: Option<Waiting<S, B, H>>,
 }
 
 /// What a request waiting for its decision keeps.
@@ -93,14 +99,16 @@ where
     ) -> Self {
         ResponseFuture {
             state: State::Deciding {
-                check,
-                waiting: Some(Waiting {
-                    inner,
-                    request,
-                    config,
-                    refusal,
-                    tier,
-                    span,
+                pending: Box::new(Pending {
+                    check,
+                    waiting: Some(Waiting {
+                        inner,
+                        request,
+                        config,
+                        refusal,
+                        tier,
+                        span,
+                    }),
                 }),
             },
         }
@@ -118,13 +126,13 @@ where
         loop {
             let mut state = self.as_mut().project().state;
             match state.as_mut().project() {
-                StateProj::Deciding { check, waiting } => {
+                StateProj::Deciding { pending } => {
                     let answer = {
-                        let _entered = waiting.as_ref().map(|w| w.span.enter());
-                        ready!(Pin::new(check).poll(cx))
+                        let _entered = pending.waiting.as_ref().map(|w| w.span.enter());
+                        ready!(Pin::new(&mut pending.check).poll(cx))
                     };
                     // Polled again after completion: a caller's bug, answered without a panic.
-                    let Some(mut w) = waiting.take() else {
+                    let Some(mut w) = pending.waiting.take() else {
                         return Poll::Pending;
                     };
                     let verdict = {

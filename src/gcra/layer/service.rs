@@ -123,7 +123,7 @@ where
             outcome = tracing::field::Empty,
         );
         let check = {
-            let _entered = span.enter();
+            let _entered = (!span.is_disabled()).then(|| span.enter());
             if tier.policies.len() <= INLINE_POLICIES {
                 let mut demands = [Demand {
                     limit: 0,
@@ -143,7 +143,7 @@ where
         match check.into_ready() {
             Ok(answer) => {
                 let verdict = {
-                    let _entered = span.enter();
+                    let _entered = (!span.is_disabled()).then(|| span.enter());
                     answer::verdict(config, tier_index, answer, &self.refusal, &span)
                 };
                 match verdict {
