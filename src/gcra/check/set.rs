@@ -106,8 +106,8 @@ impl<T: LimitSet + ?Sized> LimitSet for std::sync::Arc<T> {
 
 /// Checks what every set checks before deciding anything: each demand names a limit of the set,
 /// and each (limit, key)'s total cost fits its burst. `burst(limit)` is `None` for an unknown
-/// limit.
-pub(super) fn validate(
+/// limit. Every [`LimitSet`] of the crate (a shared store's too) starts with it.
+pub(crate) fn validate(
     demands: &[Demand<'_>],
     burst: impl Fn(usize) -> Option<u32>,
     limits: usize,
