@@ -24,4 +24,4 @@ pub use circuit::Circuit;
 pub use limiter::{RemoteRateLimiter, RemoteRateLimiterBuilder};
 pub use outage_log::DEGRADED_METRIC;
 pub use policy::FailurePolicy;
-pub use store::{RemoteStore, StoreDecision};
+pub use store::{DecideAllError, RemoteStore, StoreDecision, StoreItem};
