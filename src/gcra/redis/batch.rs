@@ -66,7 +66,11 @@ impl Lane {
     }
 
     /// Decides `request`: at once when the lane is idle, otherwise in the lane's next call.
-    pub(crate) async fn decide<C: Caller>(self: &Arc<Self>, caller: &C, request: Request) -> Answer {
+    pub(crate) async fn decide<C: Caller>(
+        self: &Arc<Self>,
+        caller: &C,
+        request: Request,
+    ) -> Answer {
         let queued = {
             let mut state = self.state.lock();
             if state.busy {
@@ -229,7 +233,10 @@ mod tests {
         }
         for (key, task) in tasks.into_iter().enumerate() {
             let d = task.await.unwrap().unwrap();
-            assert_eq!(d.decision.remaining, key as u32, "each caller gets its own answer");
+            assert_eq!(
+                d.decision.remaining, key as u32,
+                "each caller gets its own answer"
+            );
         }
         let calls = recorder.calls.lock().clone();
         assert_eq!(

@@ -52,9 +52,10 @@ impl KeySpace {
         if let Some(open) = prefix.iter().position(|&b| b == b'{') {
             if hash_tags {
                 return Err(ConfigError::InvalidPrefix {
-                    reason: "it holds a hash tag `{...}`, which would win over the tag around each key \
+                    reason:
+                        "it holds a hash tag `{...}`, which would win over the tag around each key \
                              (hash_tag_keys): remove the braces from the prefix"
-                        .into(),
+                            .into(),
                 });
             }
             match prefix[open + 1..].iter().position(|&b| b == b'}') {
@@ -153,7 +154,9 @@ mod tests {
         assert!(KeySpace::new(vec![b'p'; MAX_PREFIX_LEN + 1], false).is_err());
         let msg = KeySpace::new(b"{".to_vec(), false).unwrap_err().to_string();
         assert!(msg.contains("close it"), "{msg}");
-        let msg = KeySpace::new(b"rl:{api}:".to_vec(), true).unwrap_err().to_string();
+        let msg = KeySpace::new(b"rl:{api}:".to_vec(), true)
+            .unwrap_err()
+            .to_string();
         assert!(msg.contains("hash_tag_keys"), "{msg}");
     }
 

@@ -271,7 +271,7 @@ pub(crate) fn parse_all(
     }
     let mut out = Vec::with_capacity(requests.len());
     let mut all_fit = true;
-    for (one, request) in rest.chunks_exact(STRIDE_ALL).zip(requests) {
+    for (i, (one, request)) in rest.chunks_exact(STRIDE_ALL).zip(requests).enumerate() {
         let &[status, fits, whole, frac, now, base, base_frac] = one else {
             return Err(malformed(reply));
         };
@@ -299,6 +299,15 @@ pub(crate) fn parse_all(
             step.decision
         } else {
             let unspent = request.rule.decide(base, now, 0)?.decision;
+            // The costs on this key so far: more than the burst never fits.
+            let total = requests[..=i]
+                .iter()
+                .filter(|r| r.key == request.key)
+                .fold(0u64, |sum, r| sum + u64::from(r.cost));
+            let retry_after = step
+                .decision
+                .retry_after
+                .filter(|_| total <= u64::from(request.rule.burst()));
             if step.decision.allowed {
                 unspent
             } else {
@@ -306,7 +315,7 @@ pub(crate) fn parse_all(
                     false,
                     unspent.limit,
                     unspent.remaining,
-                    step.decision.retry_after,
+                    retry_after,
                     unspent.reset_after,
                 )
             }
@@ -334,8 +343,7 @@ mod tests {
     }
 
     fn single(reply: &[i64], rule: &Gcra, cost: u32) -> Result<(Decision, u64), CheckError> {
-        parse_single(reply, &request(rule, cost))
-            .map(|d| (d.decision, d.at.as_micros() as u64))
+        parse_single(reply, &request(rule, cost)).map(|d| (d.decision, d.at.as_micros() as u64))
     }
 
     #[test]
@@ -404,8 +412,11 @@ mod tests {
     fn a_tolerant_reply_has_one_outcome_per_request() {
         let g = micros(Quota::per_second(10).unwrap());
         let (a, b, c) = (request(&g, 1), request(&g, 1), request(&g, 1));
-        let outcomes =
-            parse_replies(&[0, 1, 42, 0, 42, 3, 0, 0, 0, 0, 1, 0, 0, 0, 0], &[&a, &b, &c]).unwrap();
+        let outcomes = parse_replies(
+            &[0, 1, 42, 0, 42, 3, 0, 0, 0, 0, 1, 0, 0, 0, 0],
+            &[&a, &b, &c],
+        )
+        .unwrap();
         assert!(matches!(&outcomes[0], Outcome::Done(Ok(d)) if d.decision.remaining == 9));
         assert_eq!(outcomes[1], Outcome::Alone);
         assert!(matches!(
@@ -422,13 +433,18 @@ mod tests {
         let g = micros(Quota::per_second(10).unwrap());
         let (a, b) = (request(&g, 2), request(&g, 3));
         // Committed: both spent, the second against the first (same key, idle at 0).
-        let spent = parse_all(&[1, 0, 1, 0, 0, 0, 0, 0, 0, 1, 200_000, 0, 0, 0, 0], &[&a, &b])
-            .unwrap();
+        let spent = parse_all(
+            &[1, 0, 1, 0, 0, 0, 0, 0, 0, 1, 200_000, 0, 0, 0, 0],
+            &[&a, &b],
+        )
+        .unwrap();
         assert_eq!(spent[0].decision.remaining, 8);
         assert_eq!(spent[1].decision.remaining, 5);
         // Not committed: the key is 9 tokens spent (tat = 900 ms at 0); `a` (2) does not fit.
         let denied = parse_all(
-            &[0, 0, 0, 900_000, 0, 0, 900_000, 0, 0, 0, 1_100_000, 0, 0, 900_000, 0],
+            &[
+                0, 0, 0, 900_000, 0, 0, 900_000, 0, 0, 0, 1_100_000, 0, 0, 900_000, 0,
+            ],
             &[&a, &b],
         )
         .unwrap();
@@ -437,8 +453,14 @@ mod tests {
             assert_eq!(d.decision.remaining, 1, "the unspent state");
         }
         // `a` fits in 100 ms; `b` needs 2 + 3 tokens: 400 ms.
-        assert_eq!(denied[0].decision.retry_after, Some(Duration::from_millis(100)));
-        assert_eq!(denied[1].decision.retry_after, Some(Duration::from_millis(400)));
+        assert_eq!(
+            denied[0].decision.retry_after,
+            Some(Duration::from_millis(100))
+        );
+        assert_eq!(
+            denied[1].decision.retry_after,
+            Some(Duration::from_millis(400))
+        );
         // A request that fits in a denied call is allowed, with the unspent numbers.
         let c = request(&g, 1);
         let mixed = parse_all(

@@ -423,9 +423,7 @@ impl RedisStore {
             }
         };
         match query(false).await {
-            Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
-                query(true).await
-            }
+            Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => query(true).await,
             other => other,
         }
     }
@@ -509,7 +507,8 @@ impl Caller for RedisStore {
             Keys::Declared
         };
         let refs: Vec<&Request> = requests.iter().collect();
-        let sent = tokio::time::timeout(inner.timeout, self.send(&refs, Mode::Tolerant, keys)).await;
+        let sent =
+            tokio::time::timeout(inner.timeout, self.send(&refs, Mode::Tolerant, keys)).await;
         let outcomes = match sent {
             Err(_) => return requests.iter().map(|_| Err(self.timed_out())).collect(),
             Ok(Ok(reply)) => {
