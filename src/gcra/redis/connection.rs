@@ -179,7 +179,11 @@ impl Connection {
             Live::Cluster(mut c) => {
                 let route = Route::new(slot, SlotAddr::Master);
                 let routing = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(route));
-                let reply = c.route_command(cmd.clone(), routing).await?;
+                // A routed command's error reply comes back as a value.
+                let reply = c
+                    .route_command(cmd.clone(), routing)
+                    .await?
+                    .extract_error()?;
                 T::from_redis_value(reply).map_err(RedisError::from)
             }
         }
