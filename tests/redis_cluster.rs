@@ -202,7 +202,7 @@ async fn decisions_go_together_per_master() {
 #[tokio::test(flavor = "current_thread")]
 async fn a_key_whose_slot_moved_is_decided_alone_once() {
     let mut cluster = RedisCluster::start();
-    let (store, limiter) = store_and_limiter(&cluster).await;
+    let (_store, limiter) = store_and_limiter(&cluster).await;
     let moving = "moving";
     let moving_key = format!("flowguard:={moving}");
     let slot = cluster.keyslot(moving_key.as_bytes());
