@@ -75,10 +75,13 @@ struct Quota {
 }
 
 impl Quota {
-    /// flowguard's ARGV for a cost-1 call at `now` ("" for server time): `n*T` and `B*T` as whole
-    /// µs plus a fraction over the denominator (1: these intervals are whole µs), now, extra TTL.
+    /// flowguard's ARGV for one cost-1 request at `now` ("" for server time): the mode (`s`, one
+    /// request) and the number of requests (1), then `n*T` and `B*T` as whole µs plus a fraction
+    /// over the denominator (1: these intervals are whole µs), now, extra TTL.
     fn flowguard_args(&self, cmd: &mut Cmd, now: &str) {
-        cmd.arg(self.interval_us)
+        cmd.arg("s")
+            .arg(1)
+            .arg(self.interval_us)
             .arg(0)
             .arg(1)
             .arg(self.interval_us * self.burst)
@@ -417,7 +420,7 @@ impl Keys {
 /// What one call sends.
 #[derive(Clone)]
 enum Call {
-    /// flowguard's KEYS/ARGV convention; `server_time` sends "" as the time (`ARGV[6]`).
+    /// flowguard's KEYS/ARGV convention; `server_time` sends "" as the time (`ARGV[8]`).
     Flowguard { sha: String, server_time: bool },
     /// The naive script: client seconds as a float, T in seconds, burst, cost.
     Naive { sha: String },
@@ -1300,6 +1303,8 @@ mod tests {
                 "abc",
                 "1",
                 "k",
+                "s",
+                "1",
                 "3600000000",
                 "0",
                 "1",
@@ -1313,7 +1318,7 @@ mod tests {
             sha: "abc".into(),
             server_time: false,
         };
-        let now: u64 = args(&explicit.command("k", GENEROUS))[9].parse().unwrap();
+        let now: u64 = args(&explicit.command("k", GENEROUS))[11].parse().unwrap();
         assert!(
             now > 90_000_000_000_000,
             "flowguard-epoch microseconds, got {now}"
