@@ -202,7 +202,9 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         Some(s) => s.scripts().await,
         None => None,
     };
-    let script = before.zip(after).map(|((c0, u0), (c1, u1))| (c1 - c0, u1 - u0));
+    let script = before
+        .zip(after)
+        .map(|((c0, u0), (c1, u1))| (c1 - c0, u1 - u0));
     let per_sec = total.decisions as f64 / elapsed;
     let topology = if args.cluster.is_some() {
         "cluster"

@@ -9,15 +9,18 @@
 --            'a' (all)      all or nothing: allowed only if every request fits (the same key twice
 --                           sums its costs); then every key is written, otherwise none
 -- ARGV[2]  n, the number of requests
--- KEYS     the n keys (already prefixed and length-bounded by the client), or none: then they
---          are ARGV[3 .. n+2] (a Redis Cluster node's batch: keys of several slots of that node)
--- then 7 arguments per request, in request order:
---   step, step_frac   n*T for a request of cost n: whole microseconds, and the fraction of a
---                     microsecond in units of 1/den us (< den); n*T = 0 peeks
+-- ARGV[3]  r, the number of rules, then 5 arguments per rule:
 --   den >= 1          the denominator of every fraction (1 when T is a whole number of us)
---   window, window_frac  the burst window B*T, the same way
+--   window, window_frac  the burst window B*T: whole microseconds, and the fraction of a
+--                     microsecond in units of 1/den us (< den)
 --   now               microseconds since the flowguard epoch, or "" for the server's TIME
 --   extra_ttl         milliseconds added to the key's expiry (0 in server-time mode)
+-- KEYS     the n keys (already prefixed and length-bounded by the client), or none: then they
+--          are the n arguments after the rules (a Redis Cluster node's batch: keys of several
+--          slots of that node)
+-- then 3 arguments per request, in request order:
+--   rule              its rule's number (1 .. r)
+--   step, step_frac   n*T for a request of cost n, as window is given; n*T = 0 peeks
 --
 -- Exact arithmetic: T = period / rate need not be a whole number of microseconds, so every time
 -- is a whole number of microseconds plus a fraction f/den. The client computes n*T and B*T
@@ -35,6 +38,9 @@
 -- one window. A fraction over another denominator (a quota that changed) is rounded up to the
 -- next whole microsecond.
 --
+-- Requests usually share a rule, which is parsed when it changes, so a call allocates nothing but
+-- its reply (and, for 'a', a table of the keys it has seen).
+--
 -- Replies, per request in order ('s' and 't'): status, allowed (0/1), tat, tat_frac, now, where
 -- tat + tat_frac/den = max(stored TAT, now) is the TAT the request was decided against (the
 -- client derives the decision from it). Status 0: decided; 1: the key holds something that is not
@@ -47,171 +53,133 @@
 
 local tonumber, find, match, format = tonumber, string.find, string.match, string.format
 local call, pcall = redis.call, redis.pcall
-local EXACT = 9007199254740992 -- 2^53: integers below it are exact doubles
+local EXACT = 9007199254740992
 
-local mode, n = ARGV[1], tonumber(ARGV[2])
-local keys, at = KEYS, 2
-if not n or n < 1 or (mode ~= 's' and mode ~= 't' and mode ~= 'a') then
+local mode, n, r = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
+if not (n and r) or n < 1 or r < 1 or (mode ~= 's' and mode ~= 't' and mode ~= 'a') then
   return {2}
 end
-if #KEYS == 0 then
-  keys = {}
-  for i = 1, n do
-    keys[i] = ARGV[2 + i]
-  end
-  at = 2 + n
-elseif #KEYS ~= n then
+local declared = #KEYS > 0
+if declared and #KEYS ~= n then
   return {2}
 end
-
 local server_now
-local function clock(arg)
-  if arg == '' then
-    if not server_now then
-      local t = call('TIME')
-      server_now = (tonumber(t[1]) - 1700000000) * 1000000 + tonumber(t[2])
-    end
-    return server_now
-  end
-  local now = tonumber(arg)
-  if now and now < EXACT then
-    return now
-  end
-end
+-- The rule of the current request (requests usually share one): parsed when it changes.
+local rule, den, window, window_frac, rule_now, extra_ttl = 0, nil, 0, 0, 0, 0
+local base_arg = 3 + 5 * r
+local item_arg = base_arg
+if not declared then item_arg = base_arg + n end
 
--- A stored value as (whole, frac) over den, clamped to the horizon; nil when it is not a state.
-local function parse(stored, den, horizon, window_frac)
-  local whole, frac, over
-  if #stored > 0 and #stored <= 16 and not find(stored, '%D') then
-    whole, frac, over = tonumber(stored), 0, den
-  elseif #stored <= 50 then
-    local w, f, d = match(stored, '^(%d+)%+(%d+)/(%d+)$')
-    if w and #w <= 16 and #f <= 16 and #d <= 16 then
-      whole, frac, over = tonumber(w), tonumber(f), tonumber(d)
-    end
-  end
-  if not whole or whole >= EXACT or over >= EXACT or frac >= over then
-    return nil
-  end
-  if frac > 0 and over ~= den then
-    whole, frac = whole + 1, 0
-  end
-  if whole > horizon or (whole == horizon and frac > window_frac) then
-    return horizon, window_frac, true
-  end
-  return whole, frac, false
+local out, k = {}, 0
+local pending, order, committed
+if mode == 'a' then
+  pending, order, committed, k = {}, {}, 1, 1
 end
-
--- Writes the TAT `whole + frac/den` at `key`, living until then (rounded up to the millisecond)
--- plus the extra TTL. `set` is redis.call or redis.pcall; returns what it returned.
-local function store(set, key, whole, frac, den, now, extra_ttl)
-  local ttl_us = whole - now
-  if frac > 0 then
-    ttl_us = ttl_us + 1
-  end
-  local ttl_ms = (ttl_us - ttl_us % 1000) / 1000 + extra_ttl
-  if ttl_us % 1000 > 0 then
-    ttl_ms = ttl_ms + 1
-  end
-  if ttl_ms < 1 then
-    ttl_ms = 1
-  end
-  local value
-  if frac > 0 then
-    value = format('%d+%d/%d', whole, frac, den)
-  else
-    value = format('%d', whole)
-  end
-  return set('SET', key, value, 'PX', format('%d', ttl_ms))
-end
-
-local out = {}
--- 'a': per key, the TAT after the earlier requests on it (whole, frac, den), and what to write.
-local pending, order = {}, {}
-local committed = 1
 for i = 1, n do
-  local o = at + 7 * (i - 1)
-  local key = keys[i]
-  -- The arguments come from the client's exact arithmetic; only their presence and range are checked.
-  local step, step_frac, den = tonumber(ARGV[o + 1]), tonumber(ARGV[o + 2]), tonumber(ARGV[o + 3])
-  local window, window_frac = tonumber(ARGV[o + 4]), tonumber(ARGV[o + 5])
-  local extra_ttl = tonumber(ARGV[o + 7])
-  local now = clock(ARGV[o + 6])
-  local status, allowed, tat, tat_frac, base, base_frac = 0, 0, 0, 0, 0, 0
-  if not (key and step and step_frac and den and window and window_frac and extra_ttl and now)
-      or den < 1 or step_frac >= den or window_frac >= den or extra_ttl >= EXACT then
-    status, now = 2, 0
+  local o = item_arg + 3 * (i - 1)
+  local key
+  if declared then key = KEYS[i] else key = ARGV[base_arg + i] end
+  local j = tonumber(ARGV[o + 1])
+  local step, step_frac = tonumber(ARGV[o + 2]), tonumber(ARGV[o + 3])
+  if j ~= rule then
+    rule, den = j, nil
+    if j and j >= 1 and j <= r and j % 1 == 0 then
+      local p = 3 + 5 * (j - 1)
+      local d, w, wf = tonumber(ARGV[p + 1]), tonumber(ARGV[p + 2]), tonumber(ARGV[p + 3])
+      local at, x = ARGV[p + 4], tonumber(ARGV[p + 5])
+      if at == '' then
+        if not server_now then
+          local t = call('TIME')
+          server_now = (tonumber(t[1]) - 1700000000) * 1000000 + tonumber(t[2])
+        end
+        at = server_now
+      else
+        at = tonumber(at)
+        if at and at >= EXACT then at = nil end
+      end
+      if d and w and wf and x and at and d >= 1 and wf < d and x < EXACT then
+        den, window, window_frac, rule_now, extra_ttl = d, w, wf, at, x
+      end
+    end
+  end
+  local status, allowed, tat, tat_frac, now, base, base_frac = 0, 0, 0, 0, 0, 0, 0
+  if not (key and den and step and step_frac) or step_frac >= den then
+    status = 2
   else
-    -- The latest TAT the burst allows: now + B*T.
+    now = rule_now
     local horizon = now + window
     local normalized = false
-    tat, tat_frac = now, 0
-    local earlier = pending[key]
+    tat = now
+    local earlier = pending and pending[key]
     if earlier then
-      -- 'a', a key already seen: decided against the sum of the earlier costs, not clamped.
       tat, tat_frac = earlier[1], earlier[2]
-      if tat_frac > 0 and earlier[3] ~= den then
-        tat, tat_frac = tat + 1, 0
-      end
+      if tat_frac > 0 and earlier[3] ~= den then tat, tat_frac = tat + 1, 0 end
       base, base_frac = earlier[4], earlier[5]
-      if base_frac > 0 and earlier[9] ~= den then
-        base, base_frac = base + 1, 0
-      end
+      if base_frac > 0 and earlier[9] ~= den then base, base_frac = base + 1, 0 end
     else
       local stored
       if mode == 't' then
         stored = pcall('GET', key)
-        if type(stored) == 'table' then
-          status = 3
-        end
+        if type(stored) == 'table' then status = 3 end
       else
         stored = call('GET', key)
       end
       if status == 0 and stored then
-        local whole, frac
-        whole, frac, normalized = parse(stored, den, horizon, window_frac)
-        if not whole then
+        local whole, frac, over
+        if #stored > 0 and #stored <= 16 and not find(stored, '%D') then
+          whole, frac, over = tonumber(stored), 0, den
+        elseif #stored <= 50 then
+          local w, f, d = match(stored, '^(%d+)%+(%d+)/(%d+)$')
+          if w and #w <= 16 and #f <= 16 and #d <= 16 then
+            whole, frac, over = tonumber(w), tonumber(f), tonumber(d)
+          end
+        end
+        if not whole or whole >= EXACT or over >= EXACT or frac >= over then
           status = 1
-        elseif whole > now or (whole == now and frac > 0) then
-          tat, tat_frac = whole, frac
+        else
+          if frac > 0 and over ~= den then whole, frac = whole + 1, 0 end
+          if whole > horizon or (whole == horizon and frac > window_frac) then
+            whole, frac, normalized = horizon, window_frac, true
+          end
+          if whole > now or (whole == now and frac > 0) then tat, tat_frac = whole, frac end
         end
       end
       base, base_frac = tat, tat_frac
     end
     if status == 0 then
-      -- tat' = tat + n*T, with the carry; allowed iff tat' <= now + B*T.
       local cand, cand_frac = tat + step, tat_frac + step_frac
-      if cand_frac >= den then
-        cand, cand_frac = cand + 1, cand_frac - den
-      end
-      if cand < horizon or (cand == horizon and cand_frac <= window_frac) then
-        allowed = 1
-      end
+      if cand_frac >= den then cand, cand_frac = cand + 1, cand_frac - den end
+      if cand < horizon or (cand == horizon and cand_frac <= window_frac) then allowed = 1 end
       local spends = step > 0 or step_frac > 0
+      local writes = spends and (mode == 'a' or allowed == 1 or normalized)
+      local value, ttl
+      if writes then
+        local w, f = tat, tat_frac
+        if allowed == 1 or mode == 'a' then w, f = cand, cand_frac end
+        local ttl_us = w - now
+        if f > 0 then ttl_us = ttl_us + 1 end
+        local ttl_ms = (ttl_us - ttl_us % 1000) / 1000 + extra_ttl
+        if ttl_us % 1000 > 0 then ttl_ms = ttl_ms + 1 end
+        if ttl_ms < 1 then ttl_ms = 1 end
+        if f > 0 then value = format('%d+%d/%d', w, f, den) else value = format('%d', w) end
+        ttl = format('%d', ttl_ms)
+      end
       if mode == 'a' then
-        if allowed == 0 then
-          committed = 0
-        end
-        local entry = pending[key]
-        if not entry then
-          entry = {0, 0, den, base, base_frac, now, extra_ttl, false, den}
-          pending[key] = entry
+        if allowed == 0 then committed = 0 end
+        local e = pending[key]
+        if not e then
+          e = {0, 0, den, base, base_frac, false, false, false, den}
+          pending[key] = e
           order[#order + 1] = key
         end
-        entry[1], entry[2], entry[3], entry[6], entry[7] = cand, cand_frac, den, now, extra_ttl
-        entry[8] = entry[8] or spends
-      elseif spends and (allowed == 1 or normalized) then
-        local w, f = tat, tat_frac
-        if allowed == 1 then
-          w, f = cand, cand_frac
-        end
+        e[1], e[2], e[3] = cand, cand_frac, den
+        if writes then e[6], e[7], e[8] = value, ttl, true end
+      elseif writes then
         if mode == 't' then
-          local done = store(pcall, key, w, f, den, now, extra_ttl)
-          if type(done) == 'table' and done.err then
-            status, allowed = 3, 0
-          end
+          local done = pcall('SET', key, value, 'PX', ttl)
+          if type(done) == 'table' and done.err then status = 3 end
         else
-          store(call, key, w, f, den, now, extra_ttl)
+          call('SET', key, value, 'PX', ttl)
         end
       end
     end
@@ -220,27 +188,22 @@ for i = 1, n do
     end
   end
   if mode == 'a' then
-    if status ~= 0 then
-      committed = 0
-    end
-    local k = #out
+    if status ~= 0 then committed = 0 end
     out[k + 1], out[k + 2], out[k + 3], out[k + 4] = status, allowed, tat, tat_frac
     out[k + 5], out[k + 6], out[k + 7] = now, base, base_frac
+    k = k + 7
   else
-    local k = #out
     out[k + 1], out[k + 2], out[k + 3], out[k + 4], out[k + 5] = status, allowed, tat, tat_frac, now
+    k = k + 5
   end
 end
-
 if mode == 'a' then
+  out[1] = committed
   if committed == 1 then
     for _, key in ipairs(order) do
       local e = pending[key]
-      if e[8] then
-        store(call, key, e[1], e[2], e[3], e[6], e[7])
-      end
+      if e[8] then call('SET', key, e[6], 'PX', e[7]) end
     end
   end
-  table.insert(out, 1, committed)
 end
 return out

@@ -105,20 +105,22 @@ impl Request {
         })
     }
 
-    fn args(&self, cmd: &mut ::redis::Cmd) {
+    /// The arguments of its rule: den, window (whole, fraction), now, extra TTL.
+    fn rule_args(&self) -> RuleArgs {
         let window = self.rule.window_ticks();
-        cmd.arg(self.step.whole)
-            .arg(self.step.frac)
-            .arg(self.rule.denominator())
-            .arg(window.whole)
-            .arg(window.frac);
-        match self.now_us {
-            Some(now) => cmd.arg(now),
-            None => cmd.arg(""),
-        };
-        cmd.arg(self.extra_ttl_ms);
+        (
+            self.rule.denominator(),
+            window.whole,
+            window.frac,
+            self.now_us,
+            self.extra_ttl_ms,
+        )
     }
 }
+
+/// A rule as the script takes it: den, window (whole, fraction), now (`None`: the server's),
+/// extra TTL.
+type RuleArgs = (u64, u64, u64, Option<u64>, u64);
 
 /// `EVALSHA sha ...` (or `EVAL source ...`) deciding `requests` in `mode`, their keys named as
 /// `keys` says.
@@ -141,6 +143,21 @@ pub(crate) fn command<'a>(
         c.arg(sha);
         c
     };
+    // The distinct rules, in order of first use; each request names its rule's number.
+    let mut rules: Vec<RuleArgs> = Vec::new();
+    let numbers: Vec<usize> = requests
+        .clone()
+        .map(|r| {
+            let args = r.rule_args();
+            match rules.iter().position(|&known| known == args) {
+                Some(i) => i + 1,
+                None => {
+                    rules.push(args);
+                    rules.len()
+                }
+            }
+        })
+        .collect();
     let n = requests.len();
     match keys {
         Keys::Declared => {
@@ -148,17 +165,27 @@ pub(crate) fn command<'a>(
             for r in requests.clone() {
                 cmd.arg(&r.key[..]);
             }
-            cmd.arg(mode.arg()).arg(n);
         }
         Keys::Undeclared => {
-            cmd.arg(0).arg(mode.arg()).arg(n);
-            for r in requests.clone() {
-                cmd.arg(&r.key[..]);
-            }
+            cmd.arg(0);
         }
     }
-    for r in requests {
-        r.args(&mut cmd);
+    cmd.arg(mode.arg()).arg(n).arg(rules.len());
+    for (den, window, window_frac, now, extra_ttl) in rules {
+        cmd.arg(den).arg(window).arg(window_frac);
+        match now {
+            Some(now) => cmd.arg(now),
+            None => cmd.arg(""),
+        };
+        cmd.arg(extra_ttl);
+    }
+    if keys == Keys::Undeclared {
+        for r in requests.clone() {
+            cmd.arg(&r.key[..]);
+        }
+    }
+    for (r, number) in requests.zip(numbers) {
+        cmd.arg(number).arg(r.step.whole).arg(r.step.frac);
     }
     cmd
 }
@@ -500,10 +527,18 @@ mod tests {
         };
         let declared = packed(Keys::Declared);
         assert!(declared.contains("EVALSHA") && declared.contains(SHA.as_str()));
-        assert!(declared.contains("$1\r\n2\r\n$1\r\nk\r\n$1\r\nk\r\n$1\r\nt\r\n$1\r\n2\r\n"));
+        // Two keys, mode, two requests, one rule (den 3, window 1 s, now 7, slack 9), then each
+        // request: rule 1, step 666,666 2/3 µs.
+        let rule = "$1\r\n1\r\n$1\r\n3\r\n$7\r\n1000000\r\n$1\r\n0\r\n$1\r\n7\r\n$1\r\n9\r\n";
+        let request = "$1\r\n1\r\n$6\r\n666666\r\n$1\r\n2\r\n";
+        assert!(declared.ends_with(&format!(
+            "$1\r\n2\r\n$1\r\nk\r\n$1\r\nk\r\n$1\r\nt\r\n$1\r\n2\r\n{rule}{request}{request}"
+        )));
         let undeclared = packed(Keys::Undeclared);
         assert!(undeclared.contains(CROSS_SLOT_SHA.as_str()));
-        assert!(undeclared.contains("$1\r\n0\r\n$1\r\nt\r\n$1\r\n2\r\n$1\r\nk\r\n$1\r\nk\r\n"));
+        assert!(undeclared.ends_with(&format!(
+            "$1\r\n0\r\n$1\r\nt\r\n$1\r\n2\r\n{rule}$1\r\nk\r\n$1\r\nk\r\n{request}{request}"
+        )));
         assert!(CROSS_SLOT_SOURCE.starts_with("#!lua flags=allow-cross-slot-keys\n"));
     }
 }
