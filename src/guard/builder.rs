@@ -15,7 +15,7 @@ use crate::vegas::{DEFAULT_ACQUIRE_TIMEOUT, Limiter, Vegas};
 ///
 /// | part | default | set with |
 /// |---|---|---|
-/// | inbound quota | none ([`Guard::admit`] answers [`NoRateLimit`](super::NoRateLimit)) | [`quota`](Self::quota), kept in memory, or in Redis with [`redis`](Self::redis) (feature `redis`); or a limiter of your own with [`rate_limit`](Self::rate_limit) |
+/// | inbound quota | none ([`Guard::admit`] answers [`NoRateLimit`](super::NoRateLimit)) | [`quota`](Self::quota), kept in memory, or in Redis with `redis` (feature `redis`); or a limiter of your own with [`rate_limit`](Self::rate_limit) |
 /// | outbound concurrency | a [`Vegas`] limiter with its defaults, named `"default"` | [`concurrency`](Self::concurrency): any [`LimitAlgorithm`](crate::vegas::LimitAlgorithm) |
 /// | wait for a permit | [`DEFAULT_ACQUIRE_TIMEOUT`] (50 ms), then the call is shed | [`acquire_timeout`](Self::acquire_timeout) |
 /// | retries | none: each call is made once | [`retry`](Self::retry) |
@@ -66,7 +66,7 @@ pub struct GuardBuilder {
 impl GuardBuilder {
     /// The quota every key of an inbound request gets, kept in memory (a bounded
     /// [`KeyedRateLimiter`](crate::gcra::KeyedRateLimiter) with byte keys) unless
-    /// [`redis`](Self::redis) says where else.
+    /// `redis` (feature `redis`) says where else.
     pub fn quota(mut self, quota: Quota) -> Self {
         self.quota = Some(quota);
         self
@@ -74,7 +74,7 @@ impl GuardBuilder {
 
     /// Keeps the [`quota`](Self::quota) in Redis, shared by every instance: `redis://` (or
     /// `rediss://` for TLS, feature `redis-tls`) for one server, `redis+cluster://h1:p1,h2:p2`
-    /// (`rediss+cluster://`) for a Redis Cluster; see [`RedisTarget`](crate::RedisTarget).
+    /// (`rediss+cluster://`) for a Redis Cluster; see `RedisTarget`.
     /// [`build`](Self::build) connects, and a server it cannot reach or credentials it refuses
     /// are a [`BuildError::Redis`]. Feature `redis`.
     #[cfg(feature = "redis")]

@@ -16,11 +16,11 @@ use crate::vegas::{AcquireError, Limiter};
 /// Built with [`Guard::builder`]; cheap to clone (clones share the quota, the limiter and the
 /// retry budget).
 ///
-/// * Inbound: [`admit`](Self::admit), or [`inbound_layer`](Self::inbound_layer) (feature
+/// * Inbound: [`admit`](Self::admit), or `inbound_layer` (feature
 ///   `tower`) for `http` services such as an axum `Router`.
-/// * Outbound: [`call`](Self::call) for any async call, [`outbound_layer`](Self::outbound_layer)
-///   and [`retry_layer`](Self::retry_layer) for tower clients (feature `tower`),
-///   [`reqwest_client`](Self::reqwest_client) for reqwest (feature `reqwest`). All of them take
+/// * Outbound: [`call`](Self::call) for any async call, `outbound_layer`
+///   and `retry_layer` for tower clients (feature `tower`),
+///   `reqwest_client` for reqwest (feature `reqwest`). All of them take
 ///   their permits from the one [`concurrency`](Self::concurrency) limiter.
 ///
 /// ```
