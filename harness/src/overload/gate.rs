@@ -338,7 +338,10 @@ mod tests {
     fn limiter_lists_parse_and_name_round_trip() {
         let all = LimiterKind::parse_list("all").unwrap();
         let names: Vec<String> = all.iter().map(LimiterKind::name).collect();
-        assert_eq!(names, ["none", "fixed4", "fixed16", "flowguard", "tower-acc"]);
+        assert_eq!(
+            names,
+            ["none", "fixed4", "fixed16", "flowguard", "tower-acc"]
+        );
         assert_eq!(LimiterKind::parse_list(&names.join(",")).unwrap(), all);
         assert_eq!(
             LimiterKind::parse_list("fixed7").unwrap(),
