@@ -1,97 +1,17 @@
-//! The limiter exports its limit, in-flight count, RTTs and outcomes through `metrics`.
+//! The limiter exports its limit, in-flight count, RTTs, outcomes and sheds through `metrics`.
 
-use std::collections::HashMap;
-use std::sync::Arc;
+#[path = "support/recorder.rs"]
+mod recorder;
+
 use std::time::Duration;
 
 use flowguard::clock::ManualClock;
 use flowguard::vegas::{Fixed, Limiter};
-use metrics::{
-    Counter, CounterFn, Gauge, GaugeFn, Histogram, HistogramFn, Key, KeyName, Metadata, Recorder,
-    SharedString, Unit,
-};
-use parking_lot::Mutex;
-
-/// Keeps the latest value (gauges), total (counters) or sum (histograms) per metric and labels.
-#[derive(Default)]
-struct Store {
-    values: Mutex<HashMap<String, f64>>,
-}
-
-struct Cell {
-    key: String,
-    store: Arc<Store>,
-}
-
-impl Cell {
-    fn update(&self, f: impl FnOnce(f64) -> f64) {
-        let mut values = self.store.values.lock();
-        let value = values.entry(self.key.clone()).or_default();
-        *value = f(*value);
-    }
-}
-
-impl CounterFn for Cell {
-    fn increment(&self, value: u64) {
-        self.update(|v| v + value as f64);
-    }
-    fn absolute(&self, value: u64) {
-        self.update(|_| value as f64);
-    }
-}
-
-impl GaugeFn for Cell {
-    fn increment(&self, value: f64) {
-        self.update(|v| v + value);
-    }
-    fn decrement(&self, value: f64) {
-        self.update(|v| v - value);
-    }
-    fn set(&self, value: f64) {
-        self.update(|_| value);
-    }
-}
-
-impl HistogramFn for Cell {
-    fn record(&self, value: f64) {
-        self.update(|v| v + value);
-    }
-}
-
-struct TestRecorder(Arc<Store>);
-
-impl TestRecorder {
-    fn cell(&self, key: &Key) -> Arc<Cell> {
-        let labels: Vec<String> = key
-            .labels()
-            .map(|l| format!("{}={}", l.key(), l.value()))
-            .collect();
-        Arc::new(Cell {
-            key: format!("{}{{{}}}", key.name(), labels.join(",")),
-            store: Arc::clone(&self.0),
-        })
-    }
-}
-
-impl Recorder for TestRecorder {
-    fn describe_counter(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
-    fn describe_gauge(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
-    fn describe_histogram(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
-    fn register_counter(&self, key: &Key, _: &Metadata<'_>) -> Counter {
-        Counter::from_arc(self.cell(key))
-    }
-    fn register_gauge(&self, key: &Key, _: &Metadata<'_>) -> Gauge {
-        Gauge::from_arc(self.cell(key))
-    }
-    fn register_histogram(&self, key: &Key, _: &Metadata<'_>) -> Histogram {
-        Histogram::from_arc(self.cell(key))
-    }
-}
+use recorder::TestRecorder;
 
 #[test]
 fn limit_in_flight_rtt_and_outcomes_are_exported() {
-    let store = Arc::new(Store::default());
-    let recorder = TestRecorder(Arc::clone(&store));
+    let (recorder, store) = TestRecorder::new();
     let clock = ManualClock::new();
     let limiter = metrics::with_local_recorder(&recorder, || {
         Limiter::builder(Fixed::new(4).unwrap())
@@ -100,7 +20,7 @@ fn limit_in_flight_rtt_and_outcomes_are_exported() {
             .build()
             .unwrap()
     });
-    let value = |key: &str| store.values.lock().get(key).copied();
+    let value = |key: &str| store.get(key);
 
     let first = limiter.try_acquire().unwrap();
     let second = limiter.try_acquire().unwrap();
@@ -129,4 +49,35 @@ fn limit_in_flight_rtt_and_outcomes_are_exported() {
         value("flowguard_vegas_outcomes_total{limiter=payments,outcome=dropped}"),
         Some(1.0)
     );
+}
+
+#[tokio::test(start_paused = true)]
+async fn refused_permits_are_counted_as_shed_once_each() {
+    let (recorder, store) = TestRecorder::new();
+    let limiter = metrics::with_local_recorder(&recorder, || {
+        Limiter::builder(Fixed::new(1).unwrap())
+            .name("search")
+            .build()
+            .unwrap()
+    });
+    let shed = || {
+        store
+            .get("flowguard_vegas_shed_total{limiter=search}")
+            .unwrap_or(0.0)
+    };
+    let held = limiter.try_acquire().unwrap();
+    assert_eq!(shed(), 0.0);
+    assert!(limiter.try_acquire().is_err());
+    assert_eq!(shed(), 1.0);
+    // A wait that times out is one shed, not two (its fast path is not counted).
+    assert!(limiter.acquire(Duration::from_millis(10)).await.is_err());
+    assert_eq!(shed(), 2.0);
+    held.success();
+    // A wait that is served is no shed.
+    limiter
+        .acquire(Duration::from_millis(10))
+        .await
+        .unwrap()
+        .success();
+    assert_eq!(shed(), 2.0);
 }
