@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use flowguard::backoff::{Classification, RetryBudget, RetryPolicy};
-use flowguard::gcra::{KeyedRateLimiter, Quota};
+use flowguard::gcra::Quota;
 use flowguard::vegas::{LimitBounds, Limiter, Vegas};
 use flowguard::{Guard, GuardError};
 use tokio::sync::Semaphore;
@@ -44,9 +44,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .bounds(LimitBounds::new(2, 64, 4)?)
         .build()?;
     let guard = Guard::builder()
-        .rate_limit(KeyedRateLimiter::<Vec<u8>>::new(
-            Quota::per_second(100)?.with_burst(20)?,
-        ))
+        .quota(Quota::per_second(100)?.with_burst(20)?)
         .concurrency(Limiter::builder(vegas).name("dependency").build()?)
         .acquire_timeout(Duration::from_millis(100))
         .retry(
@@ -55,7 +53,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 .budget(Arc::new(RetryBudget::new(Duration::from_secs(10), 5, 0.1)?))
                 .build()?,
         )
-        .build();
+        .build()
+        .await?;
     let dependency = Arc::new(Dependency {
         workers: Semaphore::new(8),
         in_flight: AtomicUsize::new(0),
@@ -92,7 +91,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             }));
         }
         if tick % 100 == 0 {
-            let limiter = guard.concurrency().expect("configured");
+            let limiter = guard.concurrency();
             println!(
                 "t={:>4} ms  concurrency limit {:>2}, in flight {:>2}",
                 tick * 5,

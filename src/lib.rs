@@ -13,4 +13,6 @@ pub mod headers;
 pub mod rls;
 pub mod vegas;
 
-pub use guard::{AdmitError, Guard, GuardBuilder, GuardError};
+pub use guard::{AdmitError, BuildError, Guard, GuardBuilder, GuardError, NoRateLimit};
+#[cfg(feature = "redis")]
+pub use guard::{RedisTarget, RedisUrlError};

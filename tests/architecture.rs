@@ -193,9 +193,20 @@ const LAYERS: &[(&[&str], &[&[&str]])] = &[
             &["clock"],
         ],
     ),
+    // the front door: builds the stores and hands out the layers of every concern
     (
         &["guard"],
-        &[&["gcra"], &["gcra", "check"], &["vegas"], &["backoff"]],
+        &[
+            &["gcra"],
+            &["gcra", "check"],
+            &["gcra", "layer"],
+            &["gcra", "redis"],
+            &["gcra", "remote"],
+            &["gcra", "two_tier"],
+            &["vegas"],
+            &["vegas", "layer"],
+            &["backoff"],
+        ],
     ),
     (
         &["rls"],

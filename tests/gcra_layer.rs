@@ -351,8 +351,7 @@ async fn shadow_mode_never_refuses_and_counts_what_it_would_have() {
         .shadow(true);
     let calls = Arc::new(AtomicUsize::new(0));
     let mut svc = service(layer, &calls);
-    let store = Arc::new(recorder::Store::default());
-    let recorder = recorder::TestRecorder(store.clone());
+    let (recorder, store) = recorder::TestRecorder::new();
     for _ in 0..3 {
         // An in-memory set decides inside `call`, where the local recorder is installed.
         let future = metrics::with_local_recorder(&recorder, || svc.call(request(Some("k"))));
@@ -363,7 +362,7 @@ async fn shadow_mode_never_refuses_and_counts_what_it_would_have() {
     }
     assert_eq!(calls.load(Ordering::SeqCst), 3);
     let counted = |outcome: &str| {
-        store.value(&format!(
+        store.get(&format!(
             "flowguard_quota_decisions_total{{tier=default,policy=per-minute,outcome={outcome}}}"
         ))
     };

@@ -38,14 +38,14 @@ async fn admit_applies_the_quota_and_needs_one() {
         .clock(ManualClock::new())
         .build()
         .unwrap();
-    let guard = Guard::builder().rate_limit(store).build();
+    let guard = Guard::builder().rate_limit(store).build().await.unwrap();
     assert!(guard.admit(b"a").await.unwrap().allowed);
     assert!(guard.admit(b"a").await.unwrap().allowed);
     let denied = guard.admit(b"a").await.unwrap();
     assert!(!denied.allowed);
     assert_eq!(denied.retry_after_secs(), Some(30));
 
-    let bare = Guard::builder().build();
+    let bare = Guard::builder().build().await.unwrap();
     let err = bare.admit(b"a").await.unwrap_err();
     assert_eq!(err, AdmitError::NoRateLimit);
     assert!(err.to_string().contains("GuardBuilder::rate_limit"));
@@ -53,7 +53,7 @@ async fn admit_applies_the_quota_and_needs_one() {
 
 #[tokio::test(start_paused = true)]
 async fn retries_never_come_back_before_retry_after() {
-    let guard = Guard::builder().retry(policy(4)).build();
+    let guard = Guard::builder().retry(policy(4)).build().await.unwrap();
     let calls = Arc::new(AtomicU32::new(0));
     let start = Instant::now();
     let mut arrivals = vec![];
@@ -76,7 +76,7 @@ async fn retries_never_come_back_before_retry_after() {
 
 #[tokio::test(start_paused = true)]
 async fn gives_up_after_the_attempts_and_returns_the_last_outcome() {
-    let guard = Guard::builder().retry(policy(3)).build();
+    let guard = Guard::builder().retry(policy(3)).build().await.unwrap();
     let result: Result<u32, _> = guard
         .call(|_| async { Err("503") }, retry_on_err(None))
         .await;
@@ -89,7 +89,7 @@ async fn gives_up_after_the_attempts_and_returns_the_last_outcome() {
         other => panic!("{other:?}"),
     }
     // Without a retry policy a call is made once.
-    let once = Guard::builder().build();
+    let once = Guard::builder().build().await.unwrap();
     let result: Result<u32, _> = once
         .call(|_| async { Err("503") }, retry_on_err(None))
         .await;
@@ -116,8 +116,10 @@ async fn calls_are_shed_when_no_permit_frees_up() {
     let guard = Guard::builder()
         .concurrency(limiter)
         .acquire_timeout(Duration::from_millis(20))
-        .build();
-    let held = guard.concurrency().unwrap().try_acquire().unwrap();
+        .build()
+        .await
+        .unwrap();
+    let held = guard.concurrency().try_acquire().unwrap();
     let result: Result<u32, _> = guard
         .call(|_| async { Ok::<_, &str>(1) }, retry_on_err(None))
         .await;
@@ -133,7 +135,7 @@ async fn calls_are_shed_when_no_permit_frees_up() {
             .unwrap(),
         1
     );
-    assert_eq!(guard.concurrency().unwrap().in_flight(), 0);
+    assert_eq!(guard.concurrency().in_flight(), 0);
 }
 
 #[tokio::test(start_paused = true)]
@@ -145,12 +147,14 @@ async fn overload_signals_shrink_the_limit_and_cancelled_calls_release_their_per
     let guard = Guard::builder()
         .concurrency(Limiter::builder(aimd).build().unwrap())
         .retry(policy(2))
-        .build();
-    let before = guard.concurrency().unwrap().limit();
+        .build()
+        .await
+        .unwrap();
+    let before = guard.concurrency().limit();
     let _: Result<u32, _> = guard
         .call(|_| async { Err("503") }, retry_on_err(None))
         .await;
-    let after = guard.concurrency().unwrap().limit();
+    let after = guard.concurrency().limit();
     assert!(
         after < before,
         "two dropped attempts must shrink the limit: {before} -> {after}"
@@ -166,7 +170,7 @@ async fn overload_signals_shrink_the_limit_and_cancelled_calls_release_their_per
             .await
             .is_err()
     );
-    assert_eq!(guard.concurrency().unwrap().in_flight(), 0);
+    assert_eq!(guard.concurrency().in_flight(), 0);
 }
 
 #[tokio::test(start_paused = true)]
@@ -175,7 +179,9 @@ async fn a_permit_is_never_held_while_waiting_to_retry() {
     let guard = Guard::builder()
         .concurrency(limiter)
         .retry(policy(2))
-        .build();
+        .build()
+        .await
+        .unwrap();
     let waiting = guard.clone();
     let call = tokio::spawn(async move {
         waiting
@@ -187,20 +193,22 @@ async fn a_permit_is_never_held_while_waiting_to_retry() {
     });
     // The first attempt has failed and the call sleeps 10 s before its retry.
     tokio::time::sleep(Duration::from_secs(5)).await;
-    let other = guard.concurrency().unwrap().try_acquire();
+    let other = guard.concurrency().try_acquire();
     assert!(other.is_ok(), "the sleeping call still holds its permit");
     drop(other);
     assert_eq!(call.await.unwrap().unwrap(), 2);
-    assert_eq!(guard.concurrency().unwrap().in_flight(), 0);
+    assert_eq!(guard.concurrency().in_flight(), 0);
 }
 
-#[test]
-fn guard_calls_are_send_so_they_can_be_spawned() {
+#[tokio::test]
+async fn guard_calls_are_send_so_they_can_be_spawned() {
     fn assert_send<F: Send>(_: &F) {}
     let guard = Guard::builder()
         .concurrency(Limiter::builder(Fixed::new(4).unwrap()).build().unwrap())
         .retry(policy(3))
-        .build();
+        .build()
+        .await
+        .unwrap();
     let call = guard.call(|_| async { Ok::<_, &str>(1) }, retry_on_err(None));
     assert_send(&call);
 }

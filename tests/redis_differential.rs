@@ -101,6 +101,24 @@ fn case() -> impl Strategy<Value = (u64, u32, u32, Vec<Step>)> {
     })
 }
 
+/// A case's quota (`rate` per `rate` intervals of `interval_us`, burst `burst`), a clock at 0, and
+/// the in-memory limiter reading it: the reference.
+fn reference(
+    interval_us: u64,
+    rate: u32,
+    burst: u32,
+) -> (Quota, ManualClock, KeyedRateLimiter<Vec<u8>, ManualClock>) {
+    let quota = Quota::new(rate, Duration::from_micros(interval_us * u64::from(rate)))
+        .and_then(|q| q.with_burst(burst))
+        .unwrap();
+    let clock = ManualClock::new();
+    let memory = KeyedRateLimiter::<Vec<u8>>::builder(quota)
+        .clock(clock.clone())
+        .build()
+        .unwrap();
+    (quota, clock, memory)
+}
+
 #[test]
 fn redis_and_memory_decide_identically() {
     let server = RedisServer::start();
@@ -110,14 +128,7 @@ fn redis_and_memory_decide_identically() {
     runner
         .run(&case(), |(interval_us, rate, burst, trace)| {
             let case_no = cases.fetch_add(1, Ordering::Relaxed);
-            let quota = Quota::new(rate, Duration::from_micros(interval_us * u64::from(rate)))
-                .and_then(|q| q.with_burst(burst))
-                .unwrap();
-            let clock = ManualClock::new();
-            let memory = KeyedRateLimiter::<Vec<u8>>::builder(quota)
-                .clock(clock.clone())
-                .build()
-                .unwrap();
+            let (quota, clock, memory) = reference(interval_us, rate, burst);
             let redis = rt.block_on(explicit(&server, quota, &format!("case{case_no}:"), &clock));
             for (i, step) in trace.iter().enumerate() {
                 clock.advance(Duration::from_micros(step.advance_us));
@@ -276,4 +287,81 @@ async fn a_large_burst_gains_no_token_over_days_in_redis() {
     // a million tokens later is 666,666,666,667 1/3 µs.
     let stored = server.cli(&["get", "days:=k"]);
     assert_eq!(stored, "666666666667+1/3");
+}
+
+/// The same traces through coalesced calls: the decisions of each group are issued together
+/// while the server is stopped, so the first goes alone and the others queue behind it and go in
+/// calls of up to `max_batch`. Each decision equals the in-memory limiter's, in queue order (a key
+/// may appear several times in one call), and the calls are as few as the grouping says.
+#[test]
+fn coalesced_decisions_equal_calls_of_their_own() {
+    const MAX_BATCH: usize = 4;
+    let server = std::cell::RefCell::new(RedisServer::start());
+    let url = server.borrow().url();
+    let rt = runtime();
+    let cases = AtomicU32::new(0);
+    let strategy = (case(), prop::collection::vec(1usize..9, 1..16));
+    runner(32)
+        .run(&strategy, |((interval_us, rate, burst, trace), sizes)| {
+            let case_no = cases.fetch_add(1, Ordering::Relaxed);
+            let (quota, clock, memory) = reference(interval_us, rate, burst);
+            let store = rt.block_on(
+                RedisStore::builder(url.clone())
+                    .prefix(format!("coalesced{case_no}:"))
+                    .timeout(Duration::from_secs(5))
+                    .explicit_time(clock.clone())
+                    .max_batch(MAX_BATCH)
+                    .connect(),
+            );
+            let store = store.unwrap();
+            let redis = RemoteRateLimiter::builder(store.clone(), quota)
+                .build()
+                .unwrap();
+            let mut steps = trace.iter();
+            for &size in sizes.iter().cycle() {
+                let group: Vec<&Step> = steps.by_ref().take(size).collect();
+                if group.is_empty() {
+                    break;
+                }
+                let calls_before = store.script_calls();
+                server.borrow_mut().pause();
+                let (results, expected, reaching) = rt.block_on(async {
+                    let (mut tasks, mut expected, mut reaching) = (Vec::new(), Vec::new(), 0);
+                    for step in &group {
+                        clock.advance(Duration::from_micros(step.advance_us));
+                        let key = vec![step.key];
+                        expected.push(
+                            memory
+                                .check_key_n(&key[..], step.cost)
+                                .map_err(CheckError::from),
+                        );
+                        reaching += usize::from(step.cost <= burst);
+                        let (redis, cost) = (redis.clone(), step.cost);
+                        tasks.push(tokio::spawn(
+                            async move { redis.check_key_n(&key, cost).await },
+                        ));
+                        // The task reads the clock and sends (or queues) its decision now.
+                        tokio::task::yield_now().await;
+                    }
+                    server.borrow_mut().resume();
+                    let mut results = Vec::new();
+                    for task in tasks {
+                        results.push(task.await.unwrap());
+                    }
+                    (results, expected, reaching)
+                });
+                prop_assert_eq!(&results, &expected, "group {:?} of {:?}", group, trace);
+                // One call alone, then the others in calls of up to MAX_BATCH (the first call
+                // of the run loads the script: EVALSHA, NOSCRIPT, EVAL).
+                let calls = store.script_calls() - calls_before;
+                let queued = reaching.saturating_sub(1);
+                let mut want = u64::from(reaching > 0) + queued.div_ceil(MAX_BATCH) as u64;
+                if case_no == 0 && calls_before == 0 && reaching > 0 {
+                    want += 1;
+                }
+                prop_assert_eq!(calls, want, "calls for {} decisions", reaching);
+            }
+            Ok(())
+        })
+        .unwrap();
 }

@@ -181,3 +181,52 @@ async fn two_instances_on_one_redis_cluster_share_a_quota() {
         assert_eq!(code(&ask(&mut cb, req).await), Code::OverLimit, "{client}");
     }
 }
+
+/// Requests naming {wide, narrow} race requests naming {narrow} alone, from several tasks on two
+/// instances (one answering `UNAVAILABLE` on failure: the raw store; one with a failure policy:
+/// the remote limiter). On one Redis server a request's descriptors are decided in one call, all
+/// or nothing, so `wide` is spent exactly once per allowed pair: no pair spends `wide` and is then
+/// denied on `narrow`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_denied_request_spends_nothing_under_contention() {
+    const CONFIG: &str = "
+domain: api
+descriptors:
+  - key: wide
+    rate_limit: { unit: day, requests_per_unit: 10, burst: 5000 }
+  - key: narrow
+    rate_limit: { unit: day, requests_per_unit: 100 }
+";
+    let redis = RedisServer::start();
+    let instances = [
+        on_redis_with(CONFIG, &redis, &[]),
+        on_redis_with(CONFIG, &redis, &["--on-redis-failure", "fail-closed"]),
+    ];
+    let mut tasks = Vec::new();
+    for task in 0..8usize {
+        let mut client = instances[task % 2].client().await;
+        tasks.push(tokio::spawn(async move {
+            let pair = request("api", &[&[("wide", "w")], &[("narrow", "n")]]);
+            let alone = request("api", &[&[("narrow", "n")]]);
+            let mut pairs_allowed = 0u32;
+            for _ in 0..50 {
+                let wants_pair = task % 4 < 2;
+                let req = if wants_pair { &pair } else { &alone };
+                let answer = ask(&mut client, req.clone()).await;
+                if wants_pair && code(&answer) == Code::Ok {
+                    pairs_allowed += 1;
+                }
+            }
+            pairs_allowed
+        }));
+    }
+    let mut pairs_allowed = 0;
+    for t in tasks {
+        pairs_allowed += t.await.unwrap();
+    }
+    // The narrow quota (100) ran out: some pairs were denied.
+    assert!(pairs_allowed < 200, "{pairs_allowed}");
+    let mut client = instances[0].client().await;
+    let wide = ask(&mut client, request("api", &[&[("wide", "w")]])).await;
+    assert_eq!(wide.statuses[0].limit_remaining, 5000 - pairs_allowed - 1);
+}

@@ -1,20 +1,17 @@
-//! The limiter exports its limit, in-flight count, RTTs and outcomes through `metrics`.
-
-use std::sync::Arc;
-use std::time::Duration;
-
-use flowguard::clock::ManualClock;
-use flowguard::vegas::{Fixed, Limiter};
+//! The limiter exports its limit, in-flight count, RTTs, outcomes and sheds through `metrics`.
 
 #[path = "support/recorder.rs"]
 mod recorder;
 
-use recorder::{Store, TestRecorder};
+use std::time::Duration;
+
+use flowguard::clock::ManualClock;
+use flowguard::vegas::{Fixed, Limiter};
+use recorder::TestRecorder;
 
 #[test]
 fn limit_in_flight_rtt_and_outcomes_are_exported() {
-    let store = Arc::new(Store::default());
-    let recorder = TestRecorder(Arc::clone(&store));
+    let (recorder, store) = TestRecorder::new();
     let clock = ManualClock::new();
     let limiter = metrics::with_local_recorder(&recorder, || {
         Limiter::builder(Fixed::new(4).unwrap())
@@ -23,7 +20,7 @@ fn limit_in_flight_rtt_and_outcomes_are_exported() {
             .build()
             .unwrap()
     });
-    let value = |key: &str| store.values.lock().get(key).copied();
+    let value = |key: &str| store.get(key);
 
     let first = limiter.try_acquire().unwrap();
     let second = limiter.try_acquire().unwrap();
@@ -52,4 +49,35 @@ fn limit_in_flight_rtt_and_outcomes_are_exported() {
         value("flowguard_vegas_outcomes_total{limiter=payments,outcome=dropped}"),
         Some(1.0)
     );
+}
+
+#[tokio::test(start_paused = true)]
+async fn refused_permits_are_counted_as_shed_once_each() {
+    let (recorder, store) = TestRecorder::new();
+    let limiter = metrics::with_local_recorder(&recorder, || {
+        Limiter::builder(Fixed::new(1).unwrap())
+            .name("search")
+            .build()
+            .unwrap()
+    });
+    let shed = || {
+        store
+            .get("flowguard_vegas_shed_total{limiter=search}")
+            .unwrap_or(0.0)
+    };
+    let held = limiter.try_acquire().unwrap();
+    assert_eq!(shed(), 0.0);
+    assert!(limiter.try_acquire().is_err());
+    assert_eq!(shed(), 1.0);
+    // A wait that times out is one shed, not two (its fast path is not counted).
+    assert!(limiter.acquire(Duration::from_millis(10)).await.is_err());
+    assert_eq!(shed(), 2.0);
+    held.success();
+    // A wait that is served is no shed.
+    limiter
+        .acquire(Duration::from_millis(10))
+        .await
+        .unwrap()
+        .success();
+    assert_eq!(shed(), 2.0);
 }

@@ -99,7 +99,10 @@ fn a_short_run_of_every_limiter_accounts_for_every_request() {
         .iter()
         .map(|l| l["limiter"].as_str().expect("name"))
         .collect();
-    assert_eq!(names, ["none", "fixed4", "fixed16", "vegas", "tower-acc"]);
+    assert_eq!(
+        names,
+        ["none", "fixed4", "fixed16", "flowguard", "tower-acc"]
+    );
     for limiter in limiters {
         assert_accounted(limiter, 2);
         let trace = limiter["limit_per_100ms"].as_array().expect("limit trace");
@@ -165,7 +168,7 @@ fn a_running_backend_serves_one_run_per_limiter() {
         "--rate",
         "150",
         "--limiter",
-        "fixed2,vegas",
+        "fixed2,flowguard",
     ]);
     let limiters = report["limiters"].as_array().expect("limiters");
     assert_eq!(limiters.len(), 2);

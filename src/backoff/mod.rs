@@ -31,6 +31,7 @@ mod classify;
 mod error;
 mod http_policy;
 pub mod jitter;
+mod metrics;
 mod policy;
 mod retry;
 mod strategy;

@@ -11,13 +11,29 @@ use rand::{RngCore, SeedableRng};
 use super::budget::RetryBudget;
 use super::error::{ConfigError, GiveUp};
 use super::jitter::BackoffBounds;
+use super::metrics::{GaveUpLabel, RetryMetrics};
 use super::strategy::{Backoff, BackoffStrategy};
 use crate::headers::MAX_RETRY_AFTER;
 
 /// How calls are retried. Cheap to clone; clones share the budget and the seed sequence.
 ///
 /// Defaults: [`BackoffStrategy::CapAware`] from 100 ms to 20 s, 4 attempts, no deadline,
-/// a fresh [`RetryBudget::default`] (10 s window, 10 retries/s, 20% of requests).
+/// a fresh [`RetryBudget::default`] (10 s window, 10 retries/s, 20% of requests), named
+/// `"default"`.
+///
+/// # Metrics
+///
+/// Registered once per policy with the recorder installed when it is built (install your
+/// `metrics` recorder first), labelled `policy = <name>` ([`RetryPolicyBuilder::name`]), and
+/// counted by the one retry engine ([`RetryPolicy::run`]) and the `tower` policy alike:
+///
+/// | metric | kind | meaning |
+/// |---|---|---|
+/// | `flowguard_retry_retries_total` | counter | attempts after the first, counted when the wait before them starts |
+/// | `flowguard_retry_give_ups_total` | counter, label `reason` | calls whose last outcome was retryable but that were not tried again: `attempts_exhausted`, `budget_exhausted`, `deadline_exceeded` (the wait would pass the deadline), `retry_after_too_large`, `deadline_elapsed` (an attempt still running at the deadline was cancelled) |
+///
+/// Calls shed by a concurrency limit are counted by the limiter
+/// (`flowguard_vegas_shed_total`, see [`vegas`](crate::vegas#metrics)).
 ///
 /// ```
 /// use std::{sync::Arc, time::Duration};
@@ -44,6 +60,7 @@ pub struct RetryPolicy {
     deadline: Option<Duration>,
     budget: Option<Arc<RetryBudget>>,
     seeds: Arc<SeedSequence>,
+    metrics: Arc<RetryMetrics>,
 }
 
 /// Builder of a [`RetryPolicy`]; [`build`](Self::build) validates.
@@ -54,6 +71,7 @@ pub struct RetryPolicyBuilder {
     deadline: Option<Duration>,
     budget: Option<Arc<RetryBudget>>,
     seed: Option<u64>,
+    name: String,
 }
 
 impl RetryPolicy {
@@ -75,6 +93,7 @@ impl RetryPolicy {
             deadline: None,
             budget: Some(Arc::new(RetryBudget::default())),
             seed: None,
+            name: "default".to_owned(),
         }
     }
 
@@ -122,6 +141,17 @@ impl RetryPolicy {
             backoff: self.strategy.sequence(self.seeds.next()),
         }
     }
+
+    /// Counts a call given up without [`next_delay`](RetryState::next_delay) (a `Retry-After`
+    /// beyond the bound seen by the classifier, or an attempt cancelled at the deadline).
+    pub(crate) fn gave_up(&self, why: GaveUpLabel) {
+        self.metrics.gave_up(why);
+    }
+
+    /// Counts a retry.
+    pub(crate) fn retried(&self) {
+        self.metrics.retried();
+    }
 }
 
 impl RetryPolicyBuilder {
@@ -163,6 +193,13 @@ impl RetryPolicyBuilder {
         self
     }
 
+    /// Names the policy in its [metrics](RetryPolicy#metrics) (label `policy`; default
+    /// `"default"`): e.g. the dependency it calls.
+    pub fn name(mut self, name: impl Into<String>) -> Self {
+        self.name = name.into();
+        self
+    }
+
     /// Validates the configuration.
     ///
     /// # Errors
@@ -190,6 +227,7 @@ impl RetryPolicyBuilder {
             deadline: self.deadline,
             budget: self.budget,
             seeds: Arc::new(SeedSequence(AtomicU64::new(seed))),
+            metrics: Arc::new(RetryMetrics::register(&self.name)),
         })
     }
 }
@@ -243,6 +281,11 @@ impl RetryState {
     /// When the call started.
     pub fn started(&self) -> Instant {
         self.started
+    }
+
+    /// The policy this call follows.
+    pub(crate) fn policy(&self) -> &RetryPolicy {
+        &self.policy
     }
 
     /// The instant at which the overall deadline passes, if there is one.

@@ -19,9 +19,12 @@
 //! attempts are driven by the crate's one retry engine ([`RetryPolicy::run`](super::RetryPolicy::run)),
 //! so an attempt still running at the policy's deadline is cancelled and the call fails with
 //! that [`RetryError`] as a middleware error.
+//!
+//! The response it returns says how it went in its extensions: [`Attempts`] (attempts made,
+//! time waited between them).
 
 use std::sync::Arc;
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use http::Extensions;
 use parking_lot::Mutex;
@@ -34,6 +37,45 @@ use tracing::Instrument;
 use super::classify::{ErrorClassifier, TransientErrors, is_transient};
 use super::error::RetryError;
 use super::http_policy::HttpRetryPolicy;
+
+/// How a request went through [`RetryMiddleware`], in the extensions of the response it returns
+/// (`response.extensions().get::<Attempts>()`), whether the last attempt succeeded or the policy
+/// gave up on it.
+///
+/// ```
+/// # async fn run(client: reqwest_middleware::ClientWithMiddleware) -> reqwest_middleware::Result<()> {
+/// use flowguard::backoff::reqwest::Attempts;
+///
+/// let response = client.get("http://127.0.0.1:3000/api").send().await?;
+/// if let Some(attempts) = response.extensions().get::<Attempts>() {
+///     println!("{} attempt(s), {:?} spent waiting to retry", attempts.count, attempts.waited);
+/// }
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Attempts {
+    /// Attempts made, the first included.
+    pub count: u32,
+    /// Time spent between attempts: the backoff, or the server's `Retry-After` when longer.
+    pub waited: Duration,
+}
+
+/// The attempts of one call so far, and when the last one ended.
+#[derive(Debug, Default)]
+struct Timeline {
+    attempts: Attempts,
+    last_end: Option<Instant>,
+}
+
+impl Timeline {
+    fn attempt_starts(&mut self, now: Instant) {
+        self.attempts.count += 1;
+        if let Some(end) = self.last_end {
+            self.attempts.waited += now.saturating_duration_since(end);
+        }
+    }
+}
 
 /// Retries requests through `reqwest-middleware`, applying [`HttpRetryPolicy`].
 #[derive(Debug, Clone)]
@@ -84,25 +126,36 @@ where
             // Sent once, but still a request the budget's share of retries is counted against.
             policy.record_request(Instant::now().into_std());
             tracing::debug!(parent: &span, reason, "request will not be retried");
-            return next.run(req, extensions).await;
+            return next.run(req, extensions).await.map(|mut response| {
+                let once = Attempts {
+                    count: 1,
+                    waited: Duration::ZERO,
+                };
+                response.extensions_mut().insert(once);
+                response
+            });
         }
         // Each attempt runs on its own copy of the extensions, which its future owns (a future
         // borrowing them across attempts could not be `Send`); the last attempt's copy is what
         // the caller sees afterwards, as if that attempt had been the only one.
         let last_extensions = Arc::new(Mutex::new(None::<Extensions>));
+        let timeline = Arc::new(Mutex::new(Timeline::default()));
         let result = policy
             .retry(
                 |_attempt| {
+                    timeline.lock().attempt_starts(Instant::now());
                     let attempt = req.try_clone();
                     let next = next.clone();
                     let mut attempt_extensions = extensions.clone();
                     let last_extensions = Arc::clone(&last_extensions);
+                    let timeline = Arc::clone(&timeline);
                     async move {
                         let outcome = match attempt {
                             Some(attempt) => next.run(attempt, &mut attempt_extensions).await,
                             None => Err(Error::middleware(BodyNotClonable)),
                         };
                         *last_extensions.lock() = Some(attempt_extensions);
+                        timeline.lock().last_end = Some(Instant::now());
                         outcome
                     }
                 },
@@ -119,10 +172,15 @@ where
         if let Some(last) = last_extensions.lock().take() {
             *extensions = last;
         }
+        let attempts = timeline.lock().attempts;
+        let with_attempts = |mut response: Response| {
+            response.extensions_mut().insert(attempts);
+            response
+        };
         match result {
-            Ok(response) => Ok(response),
+            Ok(response) => Ok(with_attempts(response)),
             // Giving up returns the last response (e.g. the final 429) or error unchanged.
-            Err(RetryError::GaveUp { last, .. }) => last,
+            Err(RetryError::GaveUp { last, .. }) => last.map(with_attempts),
             Err(RetryError::NotRetryable { error, .. }) => Err(error),
             Err(e) => Err(Error::middleware(e)),
         }

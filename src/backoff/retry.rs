@@ -7,8 +7,10 @@ use std::future::Future;
 use std::time::{Duration, Instant as StdInstant};
 
 use tokio::time::Instant;
+use tracing::Instrument;
 
 use super::error::{GiveUp, RetryError};
+use super::metrics::GaveUpLabel;
 use super::policy::{RetryPolicy, RetryState};
 
 /// What a classifier decides about one attempt's outcome.
@@ -123,7 +125,9 @@ impl RetryPolicy {
     /// Per attempt: `hook.before`, then `op`, bounded by the policy's deadline; the outcome is
     /// classified and handed to `hook.after`; a retryable outcome waits
     /// `max(backoff, Retry-After)` and goes again while attempts, budget and deadline allow.
-    /// Every decision to retry or give up is logged at debug level here, once for all callers.
+    /// Every decision to retry or give up is logged at debug level and counted in the policy's
+    /// [metrics](RetryPolicy#metrics) here, once for all callers, and each attempt (with its
+    /// `hook.before`) runs in a `tracing` span `attempt` (debug level, field `attempt`).
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
@@ -178,7 +182,8 @@ impl RetryPolicy {
         let mut call = self.begin(Instant::now().into_std());
         loop {
             let attempts = call.attempts();
-            let ticket = match hook.before(attempts).await {
+            let span = tracing::debug_span!("attempt", attempt = attempts);
+            let ticket = match hook.before(attempts).instrument(span.clone()).await {
                 Ok(ticket) => ticket,
                 Err(error) => {
                     tracing::debug!(attempt = attempts, "attempt refused by its hook: call shed");
@@ -188,13 +193,15 @@ impl RetryPolicy {
                     });
                 }
             };
+            let attempt = op(attempts).instrument(span);
             let outcome = match call.deadline_at() {
-                None => op(attempts).await,
-                Some(at) => match tokio::time::timeout_at(at.into(), op(attempts)).await {
+                None => attempt.await,
+                Some(at) => match tokio::time::timeout_at(at.into(), attempt).await {
                     Ok(outcome) => outcome,
                     Err(_elapsed) => {
                         hook.after(ticket, AttemptEnd::Cancelled);
                         tracing::debug!(attempt = attempts, "deadline passed during the attempt");
+                        self.gave_up(GaveUpLabel::DeadlineElapsed);
                         return Err(RetryError::DeadlineElapsed { attempts });
                     }
                 },
@@ -216,6 +223,7 @@ impl RetryPolicy {
                         attempt = attempts,
                         "not retrying: the server asked to wait beyond the Retry-After bound"
                     );
+                    self.gave_up(GaveUpLabel::RetryAfterTooLarge);
                     return Err(RetryError::GaveUp {
                         reason: GiveUp::RetryAfterTooLarge,
                         attempts,
@@ -239,8 +247,8 @@ impl RetryPolicy {
 }
 
 impl RetryState {
-    /// [`next_delay`](Self::next_delay), logged: the step every retry loop (and the tower
-    /// policy, whose loop tower drives) takes after a retryable outcome.
+    /// [`next_delay`](Self::next_delay), logged and counted: the step every retry loop (and the
+    /// tower policy, whose loop tower drives) takes after a retryable outcome.
     pub(crate) fn next_wait(
         &mut self,
         now: StdInstant,
@@ -249,8 +257,14 @@ impl RetryState {
         let attempt = self.attempts();
         let next = self.next_delay(now, retry_after);
         match &next {
-            Ok(wait) => tracing::debug!(attempt, ?wait, ?retry_after, "retrying"),
-            Err(reason) => tracing::debug!(attempt, %reason, "not retrying"),
+            Ok(wait) => {
+                tracing::debug!(attempt, ?wait, ?retry_after, "retrying");
+                self.policy().retried();
+            }
+            Err(reason) => {
+                tracing::debug!(attempt, %reason, "not retrying");
+                self.policy().gave_up(reason.into());
+            }
         }
         next
     }

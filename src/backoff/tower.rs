@@ -36,6 +36,7 @@ use tokio::time::{Instant, Sleep};
 
 use super::classify::{ErrorClassifier, TransientErrors};
 use super::http_policy::HttpRetryPolicy;
+use super::metrics::GaveUpLabel;
 use super::policy::RetryState;
 use super::retry::Classification;
 
@@ -121,6 +122,7 @@ where
             Classification::Retryable { retry_after } => retry_after,
             Classification::RetryAfterTooLarge => {
                 tracing::debug!(method = %req.method(), uri = %req.uri(), "not retrying: the server asked to wait beyond the Retry-After bound");
+                self.rules.policy().gave_up(GaveUpLabel::RetryAfterTooLarge);
                 return None;
             }
             _ => return None,

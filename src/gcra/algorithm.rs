@@ -269,16 +269,30 @@ impl Gcra {
     /// so a compare-and-swap loop can retry it without building a [`Decision`] each time.
     #[inline]
     pub(crate) fn verdict(&self, tat: u64, now: u64, cost: u32) -> Result<Verdict, GcraError> {
+        self.admissible(cost)?;
+        Ok(self.verdict_within(tat, now, cost))
+    }
+
+    /// Whether a request of `cost` can ever be allowed: [`GcraError::InsufficientCapacity`] when
+    /// it exceeds the burst. Checked once per decision, before any state is read.
+    #[inline]
+    pub(crate) fn admissible(&self, cost: u32) -> Result<(), GcraError> {
         if cost > self.burst {
             return Err(self.insufficient(cost));
         }
+        Ok(())
+    }
+
+    /// [`verdict`](Self::verdict) for a cost already found [`admissible`](Self::admissible).
+    #[inline]
+    pub(crate) fn verdict_within(&self, tat: u64, now: u64, cost: u32) -> Verdict {
         let base = tat.max(now);
         let candidate = base.saturating_add(u64::from(cost) * self.interval);
-        Ok(Verdict {
+        Verdict {
             allowed: candidate - now <= self.window,
             base,
             candidate,
-        })
+        }
     }
 
     /// The full [`Decision`] for a verdict of [`verdict`](Self::verdict) reached at `now`.
@@ -313,16 +327,19 @@ impl Gcra {
     /// computes it once.
     #[inline]
     pub(crate) fn exact_step(&self, cost: u32) -> Result<u128, GcraError> {
-        if cost > self.burst {
-            return Err(self.insufficient(cost));
-        }
+        self.admissible(cost)?;
+        Ok(self.exact_step_within(cost))
+    }
+
+    /// [`exact_step`](Self::exact_step) for a cost already found [`admissible`](Self::admissible).
+    pub(crate) fn exact_step_within(&self, cost: u32) -> u128 {
         if cost == 1 {
-            return Ok(self.interval_packed);
+            return self.interval_packed;
         }
         // cost * T * den <= B * T * den: no overflow.
         let scaled = u128::from(cost) * self.interval_scaled;
         let den = u128::from(self.den);
-        Ok(((scaled / den) << 64) | (scaled % den))
+        ((scaled / den) << 64) | (scaled % den)
     }
 
     /// `tat - cost * T` for `den == 1`: the TAT before a grant of `cost` tokens that moved it to

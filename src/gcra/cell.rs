@@ -26,7 +26,16 @@ pub(crate) trait TatCell: Expiring + Send + Sync {
     ///
     /// Lock-free: a lost race re-reads the winner's TAT and decides again. A thread whose `now` is
     /// older than the stored TAT's author's only ever decides more strictly, never more leniently.
-    fn spend(&self, gcra: &Gcra, now: u64, cost: u32) -> Result<Decision, GcraError>;
+    /// A cost above the burst is [`GcraError::InsufficientCapacity`] and reads nothing.
+    #[inline]
+    fn spend(&self, gcra: &Gcra, now: u64, cost: u32) -> Result<Decision, GcraError> {
+        gcra.admissible(cost)?;
+        Ok(self.spend_within(gcra, now, cost))
+    }
+
+    /// [`spend`](Self::spend) for a cost already found [`admissible`](Gcra::admissible): infallible,
+    /// so a caller dispatching between cells checks the cost once and merges plain decisions.
+    fn spend_within(&self, gcra: &Gcra, now: u64, cost: u32) -> Decision;
 
     /// Gives back `cost` tokens granted by [`spend`](Self::spend): moves the TAT back by
     /// `cost * T`. Exact when nothing else spent on the key in between, which callers ensure by
@@ -43,17 +52,17 @@ pub(crate) trait TatCell: Expiring + Send + Sync {
 fn compare_and_swap<W: Copy>(
     mut current: W,
     cost: u32,
-    verdict: impl Fn(W) -> Result<Verdict<W>, GcraError>,
+    verdict: impl Fn(W) -> Verdict<W>,
     swap: impl Fn(W, W) -> Result<W, W>,
     report: impl Fn(Verdict<W>) -> Decision,
-) -> Result<Decision, GcraError> {
+) -> Decision {
     loop {
-        let v = verdict(current)?;
+        let v = verdict(current);
         if !v.allowed || cost == 0 {
-            return Ok(report(v));
+            return report(v);
         }
         match swap(current, v.candidate) {
-            Ok(_) => return Ok(report(v)),
+            Ok(_) => return report(v),
             Err(actual) => current = actual,
         }
     }
@@ -70,11 +79,11 @@ impl TatCell for WholeTat {
     }
 
     #[inline]
-    fn spend(&self, gcra: &Gcra, now: u64, cost: u32) -> Result<Decision, GcraError> {
+    fn spend_within(&self, gcra: &Gcra, now: u64, cost: u32) -> Decision {
         compare_and_swap(
             self.0.load(Ordering::Acquire),
             cost,
-            |tat| gcra.verdict(tat, now, cost),
+            |tat| gcra.verdict_within(tat, now, cost),
             |current, new| {
                 self.0
                     .compare_exchange_weak(current, new, Ordering::AcqRel, Ordering::Acquire)
@@ -111,12 +120,12 @@ impl TatCell for ExactTat {
     }
 
     #[inline]
-    fn spend(&self, gcra: &Gcra, now: u64, cost: u32) -> Result<Decision, GcraError> {
-        let step = gcra.exact_step(cost)?;
+    fn spend_within(&self, gcra: &Gcra, now: u64, cost: u32) -> Decision {
+        let step = gcra.exact_step_within(cost);
         compare_and_swap(
             self.0.load(Ordering::Acquire),
             cost,
-            |tat| Ok(gcra.verdict_exact(tat, now, step)),
+            |tat| gcra.verdict_exact(tat, now, step),
             |current, new| {
                 self.0
                     .compare_exchange_weak(current, new, Ordering::AcqRel, Ordering::Acquire)
@@ -168,11 +177,22 @@ impl TatState {
     /// [`TatCell::spend`] on whichever cell this is.
     #[inline]
     pub(crate) fn spend(&self, gcra: &Gcra, now: u64, cost: u32) -> Result<Decision, GcraError> {
-        match self {
-            TatState::Whole(cell) => cell.spend(gcra, now, cost),
-            TatState::Exact(cell) => cell.spend(gcra, now, cost),
-        }
+        // The cost is checked once, before the dispatch, so both arms are plain decisions: a
+        // caller that only reads `allowed` pays nothing for the fields it ignores, and the wider
+        // exact arithmetic stays out of line, off the common whole-tick path.
+        gcra.admissible(cost)?;
+        Ok(match self {
+            TatState::Whole(cell) => cell.spend_within(gcra, now, cost),
+            TatState::Exact(cell) => spend_exact(cell, gcra, now, cost),
+        })
     }
+}
+
+/// The exact cell's spend, out of line: most quotas have a whole emission interval.
+#[cold]
+#[inline(never)]
+fn spend_exact(cell: &ExactTat, gcra: &Gcra, now: u64, cost: u32) -> Decision {
+    cell.spend_within(gcra, now, cost)
 }
 
 #[cfg(test)]

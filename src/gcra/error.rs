@@ -114,6 +114,9 @@ pub enum ConfigError {
     NoClusterNodes,
     /// A store timeout (per call, connect, node connect) or probe interval of zero.
     ZeroTimeout,
+    /// A Redis store's `max_batch` of 0: a script call carries at least one decision (1 turns
+    /// coalescing off).
+    ZeroMaxBatch,
     /// A store key prefix that cannot be used.
     InvalidPrefix {
         /// Why, and what to change.
@@ -176,6 +179,9 @@ impl fmt::Display for ConfigError {
             }
             ConfigError::ZeroTimeout => f.write_str(
                 "a store timeout or probe interval is zero: every call would fail; use a positive duration",
+            ),
+            ConfigError::ZeroMaxBatch => f.write_str(
+                "max_batch is 0: a script call carries at least one decision; use 1 to turn coalescing off",
             ),
             ConfigError::InvalidPrefix { reason } => write!(f, "invalid key prefix: {reason}"),
         }

@@ -7,6 +7,9 @@
 //! * Redis / Redis Cluster: one [`RemoteRateLimiter`] per distinct rate over one [`RedisStore`].
 //!   With [`OnFailure::Unavailable`] the raw store is called and an unreachable store is an error
 //!   (the service answers gRPC `UNAVAILABLE`); otherwise the limiter's [`FailurePolicy`] answers.
+//!   A request's enforced descriptors are decided all or nothing in one script call when their
+//!   keys can go together (one server, or one slot of a cluster), so a denied request spends
+//!   nothing whatever other instances do; otherwise they are peeked, then spent (see [`plan`]).
 //! * Two-tier: a [`TwoTierLimiter`] over the Redis limiter; its reservoir is not a global view,
 //!   so descriptors are spent independently (no peek).
 
@@ -20,7 +23,10 @@ use parking_lot::Mutex;
 use super::config::Rate;
 use super::plan::{self, AfterPeek, Item, Start, Verdict};
 use crate::gcra::redis::RedisStore;
-use crate::gcra::remote::{FailurePolicy, RemoteRateLimiter, RemoteStore, StoreError};
+use crate::gcra::remote::{
+    DecideAllError, FailurePolicy, QuotaCheck, RemoteRateLimiter, RemoteStore, StoreError,
+    StoreItem,
+};
 use crate::gcra::two_tier::TwoTierLimiter;
 use crate::gcra::{
     CheckError, CheckFuture, Decision, Gcra, GcraError, KeyedLimit, KeyedRateLimiter, Quota,
@@ -393,6 +399,9 @@ impl Backend {
                 Ok(out)
             }
             Start::Peek => {
+                if let Some(answers) = self.decide_together(checks, &items).await? {
+                    return Ok(answers);
+                }
                 let mut peeks = Vec::with_capacity(checks.len());
                 for check in checks {
                     peeks.push(spend_shared(check, 0).await?);
@@ -408,6 +417,51 @@ impl Backend {
                 }
             }
         }
+    }
+
+    /// Redis (not two-tier): the enforced descriptors all or nothing in one call, when the store
+    /// can decide their keys together (one server, or one slot of a cluster); then the shadow-mode
+    /// ones, spent if the request was allowed, answered from a peek if not. `None` when the
+    /// request must be peeked instead: keys in several slots (raw store; the failure-policy
+    /// limiter peeks and spends by itself then), or an enforced cost that can never fit.
+    async fn decide_together(
+        &self,
+        checks: &[Check<'_>],
+        items: &[Item],
+    ) -> Result<Option<Vec<Verdict>>, BackendError> {
+        let Kind::Redis { store, .. } = &self.kind else {
+            return Ok(None);
+        };
+        let mut enforced = Vec::new();
+        for (i, check) in checks.iter().enumerate().filter(|(_, c)| c.enforce) {
+            match u32::try_from(check.cost) {
+                Ok(cost) if cost <= check.limiter.burst() => enforced.push((i, cost)),
+                // Denied whatever the store holds: the peeks answer it.
+                _ => return Ok(None),
+            }
+        }
+        let decisions = if enforced.is_empty() {
+            Vec::new()
+        } else {
+            match together(store, checks, &enforced).await? {
+                Some(decisions) => decisions,
+                None => return Ok(None),
+            }
+        };
+        let allowed = decisions.iter().all(|d| d.allowed);
+        let mut answers: Vec<Option<Verdict>> = vec![None; checks.len()];
+        for (&(i, _), d) in enforced.iter().zip(&decisions) {
+            answers[i] = Some(verdict(&checks[i].limiter.0, d));
+        }
+        let mut out = Vec::with_capacity(checks.len());
+        for (i, (check, answer)) in checks.iter().zip(answers).enumerate() {
+            out.push(match answer {
+                Some(answer) => answer,
+                None if allowed => spend_shared(check, check.cost).await?,
+                None => plan::from_peek(items, i, &spend_shared(check, 0).await?),
+            });
+        }
+        Ok(Some(out))
     }
 
     fn decide_in_memory(
@@ -441,6 +495,57 @@ impl Backend {
                 }
             }
         }
+    }
+}
+
+/// The `enforced` checks (index, cost) decided all or nothing in one call of `store`; `None`
+/// when their engines cannot (two-tier) or a raw store cannot decide their keys together.
+async fn together(
+    store: &RedisStore,
+    checks: &[Check<'_>],
+    enforced: &[(usize, u32)],
+) -> Result<Option<Vec<Decision>>, BackendError> {
+    let engine = |i: usize| &checks[i].limiter.0.engine;
+    if enforced
+        .iter()
+        .all(|&(i, _)| matches!(engine(i), Engine::Policy(_)))
+    {
+        let quotas: Vec<QuotaCheck<'_, RedisStore>> = enforced
+            .iter()
+            .filter_map(|&(i, cost)| match engine(i) {
+                Engine::Policy(limiter) => Some(QuotaCheck {
+                    limiter,
+                    key: checks[i].key,
+                    cost,
+                }),
+                _ => None,
+            })
+            .collect();
+        return Ok(Some(RemoteRateLimiter::check_all(&quotas).await?));
+    }
+    let mut raws = Vec::with_capacity(enforced.len());
+    for &(i, cost) in enforced {
+        let Engine::Raw(raw) = engine(i) else {
+            return Ok(None);
+        };
+        raws.push((raw, store.key(checks[i].key), cost));
+    }
+    let keys: Vec<&Vec<u8>> = raws.iter().map(|(_, key, _)| key).collect();
+    if !store.can_decide_all(&keys) {
+        return Ok(None);
+    }
+    let items: Vec<StoreItem<'_, Vec<u8>>> = raws
+        .iter()
+        .map(|(raw, key, cost)| StoreItem {
+            key,
+            rule: &raw.rule,
+            cost: *cost,
+        })
+        .collect();
+    match store.decide_all(&items).await {
+        Ok(answers) => Ok(Some(answers.into_iter().map(|a| a.decision).collect())),
+        Err(DecideAllError::Apart) => Ok(None),
+        Err(DecideAllError::Check(e)) => Err(e.into()),
     }
 }
 

@@ -12,9 +12,13 @@
 //!   is allowed.
 //!
 //! Whether this is atomic depends on the backend: the in-memory backend runs peek and spend under
-//! locks of every key involved, so no other request touches them in between; a shared store
-//! (Redis) can see another instance spend between the peek and the spend, and then a later spend
-//! of the same request may be denied after earlier ones were spent.
+//! locks of every key involved, so no other request touches them in between. The Redis backend
+//! does not peek when the store can decide the enforced descriptors' keys in one call (one
+//! server, or one hash slot of a cluster): it decides them all or nothing in that call, then
+//! spends the shadow-mode ones if the request was allowed (or answers them [`from_peek`] if it
+//! was not). Otherwise (keys in several slots of a cluster) it peeks and spends as here, and
+//! another instance may spend between the peek and the spend: then a later spend of the same
+//! request may be denied after earlier ones were spent.
 
 use std::time::Duration;
 
@@ -96,23 +100,29 @@ fn group_cost(items: &[Item], i: usize) -> u64 {
         .fold(0u64, |sum, (_, item)| sum.saturating_add(item.cost))
 }
 
+/// The answer for item `i` from its peek: allowed when its key's group cost fits, otherwise a
+/// denial with the time until it does.
+pub fn from_peek(items: &[Item], i: usize, peek: &Verdict) -> Verdict {
+    let (item, cost) = (&items[i], group_cost(items, i));
+    let fits = peek.allowed && cost <= u64::from(item.burst) && cost <= u64::from(peek.remaining);
+    if fits {
+        Verdict {
+            allowed: true,
+            ..*peek
+        }
+    } else {
+        denial(peek, cost, item.burst)
+    }
+}
+
 /// Decides from the peeks (one per item, in order).
 pub fn after_peek(items: &[Item], peeks: &[Verdict]) -> AfterPeek {
     let mut answers = Vec::with_capacity(items.len());
     let mut denied = false;
     for (i, (item, peek)) in items.iter().zip(peeks).enumerate() {
-        let cost = group_cost(items, i);
-        let fits =
-            peek.allowed && cost <= u64::from(item.burst) && cost <= u64::from(peek.remaining);
-        if fits {
-            answers.push(Verdict {
-                allowed: true,
-                ..*peek
-            });
-        } else {
-            denied |= item.enforce;
-            answers.push(denial(peek, cost, item.burst));
-        }
+        let answer = from_peek(items, i, peek);
+        denied |= item.enforce && !answer.allowed;
+        answers.push(answer);
     }
     if denied {
         return AfterPeek::Deny(answers);

@@ -50,6 +50,7 @@
 //! | `flowguard_vegas_in_flight` | gauge | permits held |
 //! | `flowguard_vegas_rtt_seconds` | histogram | RTT of successful calls |
 //! | `flowguard_vegas_outcomes_total` | counter, label `outcome` | completed permits by outcome |
+//! | `flowguard_vegas_shed_total` | counter | callers refused a permit, whose calls are shed: `try_acquire` at the limit, `acquire` timed out (so the tower layer, the reqwest middleware and [`Guard::call`](crate::Guard::call) count every shed call here) |
 //!
 //! # Layout
 //!

@@ -1,5 +1,6 @@
 //! A `metrics` recorder for tests: keeps the latest value (gauges), total (counters) or sum
-//! (histograms) of every metric, by name and labels (`name{label=value,...}`).
+//! (histograms) of each metric, keyed `name{label=value,...}`. Install it for one closure with
+//! `metrics::with_local_recorder`, or read what it kept with [`Store::get`].
 #![allow(dead_code)]
 
 use std::collections::HashMap;
@@ -14,7 +15,7 @@ use parking_lot::Mutex;
 /// Keeps the latest value (gauges), total (counters) or sum (histograms) per metric and labels.
 #[derive(Default)]
 pub struct Store {
-    pub values: Mutex<HashMap<String, f64>>,
+    values: Mutex<HashMap<String, f64>>,
 }
 
 struct Cell {
@@ -88,8 +89,16 @@ impl Recorder for TestRecorder {
 }
 
 impl Store {
-    /// The value of `key` (`name{label=value,...}`, labels in the order they were given).
-    pub fn value(&self, key: &str) -> Option<f64> {
+    /// The value kept for `key` (`name{label=value,...}`, labels in registration order).
+    pub fn get(&self, key: &str) -> Option<f64> {
         self.values.lock().get(key).copied()
+    }
+}
+
+impl TestRecorder {
+    /// A recorder and the store it writes to.
+    pub fn new() -> (TestRecorder, Arc<Store>) {
+        let store = Arc::new(Store::default());
+        (TestRecorder(Arc::clone(&store)), store)
     }
 }

@@ -12,7 +12,7 @@
 //! default. With `--backend URL` it drives a running `overload_backend` (whose own flags then
 //! apply), starting a run on it (`POST /run`) before each limiter.
 //!
-//! Client flags: `--limiter all|LIST` (none, fixedN, vegas, tower-acc; default all), `--seconds S`
+//! Client flags: `--limiter all|LIST` (none, fixedN, flowguard, tower-acc; default all), `--seconds S`
 //! (20), `--overload X` (3, times the capacity before the step) or `--rate R` (arrivals per second),
 //! `--deadline-ms MS` (1000), `--wait-ms MS` (50, the wait for a permit before a request is shed),
 //! `--seed N` (1), `--json` (one JSON object on the last line instead of tables).
@@ -45,7 +45,7 @@ struct Args {
 
 fn usage() -> String {
     format!(
-        "usage: overload [--backend URL] [--limiter all|none,fixedN,vegas,tower-acc] [--seconds S] \
+        "usage: overload [--backend URL] [--limiter all|none,fixedN,flowguard,tower-acc] [--seconds S] \
          [--overload X | --rate R] [--deadline-ms MS] [--wait-ms MS] [--seed N] [--json] {BACKEND_FLAGS}\n\
          \x20      overload backend [--port P] {BACKEND_FLAGS}"
     )

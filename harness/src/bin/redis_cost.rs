@@ -75,15 +75,21 @@ struct Quota {
 }
 
 impl Quota {
-    /// flowguard's ARGV for a cost-1 call at `now` ("" for server time): `n*T` and `B*T` as whole
-    /// µs plus a fraction over the denominator (1: these intervals are whole µs), now, extra TTL.
+    /// flowguard's ARGV for one cost-1 request at `now` ("" for server time): the mode (`s`, one
+    /// request), the number of requests (1) and of rules (1); the rule: the denominator (1: these
+    /// intervals are whole µs), `B*T` as whole µs plus a fraction, now, extra TTL; the request:
+    /// its rule (1) and `n*T` as whole µs plus a fraction.
     fn flowguard_args(&self, cmd: &mut Cmd, now: &str) {
-        cmd.arg(self.interval_us)
-            .arg(0)
+        cmd.arg("s")
+            .arg(1)
+            .arg(1)
             .arg(1)
             .arg(self.interval_us * self.burst)
             .arg(0)
             .arg(now)
+            .arg(0)
+            .arg(1)
+            .arg(self.interval_us)
             .arg(0);
     }
 }
@@ -417,7 +423,7 @@ impl Keys {
 /// What one call sends.
 #[derive(Clone)]
 enum Call {
-    /// flowguard's KEYS/ARGV convention; `server_time` sends "" as the time (`ARGV[6]`).
+    /// flowguard's KEYS/ARGV convention; `server_time` sends "" as the time (`ARGV[7]`).
     Flowguard { sha: String, server_time: bool },
     /// The naive script: client seconds as a float, T in seconds, burst, cost.
     Naive { sha: String },
@@ -1300,12 +1306,16 @@ mod tests {
                 "abc",
                 "1",
                 "k",
-                "3600000000",
-                "0",
+                "s",
+                "1",
+                "1",
                 "1",
                 "3600000000",
                 "0",
                 "",
+                "0",
+                "1",
+                "3600000000",
                 "0"
             ]
         );
@@ -1313,7 +1323,7 @@ mod tests {
             sha: "abc".into(),
             server_time: false,
         };
-        let now: u64 = args(&explicit.command("k", GENEROUS))[9].parse().unwrap();
+        let now: u64 = args(&explicit.command("k", GENEROUS))[10].parse().unwrap();
         assert!(
             now > 90_000_000_000_000,
             "flowguard-epoch microseconds, got {now}"

@@ -4,16 +4,19 @@
 //! ```text
 //! cargo run --release -p flowguard-harness --bin redis_load -- \
 //!     --redis redis://127.0.0.1:6379 --tasks 64 --seconds 3 --json [--prefix P] [--keys N] \
-//!     [--rate R --burst B --cost C] [--cluster URL,URL,...] [--threads N (default 1)]
+//!     [--rate R --burst B --cost C] [--cluster URL,URL,...] [--threads N (default 1)] \
+//!     [--coalesce on|off] [--max-batch N] [--two-tier BATCH]
 //! ```
 
 use std::process::ExitCode;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use clap::{ArgAction, Parser};
-use flowguard::gcra::Quota;
-use flowguard::gcra::redis::RedisStore;
+use clap::{ArgAction, Parser, ValueEnum};
+use flowguard::gcra::redis::{DEFAULT_MAX_BATCH, RedisStore};
 use flowguard::gcra::remote::RemoteRateLimiter;
+use flowguard::gcra::two_tier::TwoTierLimiter;
+use flowguard::gcra::{KeyedLimit, Quota};
 use flowguard_harness::cli::{positive, seconds};
 use hdrhistogram::Histogram;
 use rand::rngs::SmallRng;
@@ -23,6 +26,10 @@ use rand::{Rng, SeedableRng};
 /// `--seconds`, through one `RedisRateLimiter` (one multiplexed connection, or the cluster client).
 ///
 /// Prints a summary and, with `--json`, a JSON object as the last stdout line.
+///
+/// Redis CPU: on a standalone server, `INFO commandstats` is read before and after the run, and
+/// the growth of the script commands' time (`usec` of `evalsha` and `eval`) is divided by the
+/// decisions. Run it against a server nobody else uses, or other clients' scripts are counted too.
 #[derive(Parser)]
 #[command(verbatim_doc_comment, args_override_self = true)]
 struct Args {
@@ -40,9 +47,12 @@ struct Args {
     seconds: f64,
     /// Print a JSON object as the last stdout line.
     ///
-    /// Its fields: `topology`, `tasks`, `seconds`, `keys`, `prefix`, `decisions`, `allowed`,
-    /// `denied`, `degraded`, `errors`, `decisions_per_sec`, and latency percentiles `p50_us`,
-    /// `p90_us`, `p99_us`, `p999_us`, `max_us` (hdrhistogram).
+    /// Its fields: `topology`, `tasks`, `seconds`, `keys`, `prefix`, `coalesce`, `max_batch`,
+    /// `two_tier_batch`, `decisions`, `calls` (script calls the store sent), `allowed`, `denied`,
+    /// `degraded`, `errors`, `decisions_per_sec`, latency percentiles `p50_us`, `p90_us`,
+    /// `p99_us`, `p999_us`, `max_us` (hdrhistogram), and from `INFO commandstats` (standalone;
+    /// `null` when unavailable) `redis_script_usec`, `redis_script_calls`,
+    /// `redis_us_per_decision` and `redis_us_per_call`.
     #[arg(long)]
     json: bool,
     /// Key prefix in Redis.
@@ -63,6 +73,22 @@ struct Args {
     /// Client threads (0 or 1: one thread, so the Redis server keeps the other cores).
     #[arg(long, default_value_t = 1, value_name = "N")]
     threads: usize,
+    /// Coalescing: decisions waiting for the connection go together in one script call (on), or
+    /// every decision is a call of its own (off: `max_batch(1)`).
+    #[arg(long, value_enum, default_value_t = Switch::On, value_name = "on|off")]
+    coalesce: Switch,
+    /// The most decisions one script call carries when coalescing.
+    #[arg(long, default_value_t = DEFAULT_MAX_BATCH, value_name = "N", value_parser = positive::<usize>)]
+    max_batch: usize,
+    /// Two-tier mode: reserve this many tokens per Redis call and spend them locally.
+    #[arg(long, value_name = "BATCH", value_parser = positive::<u32>)]
+    two_tier: Option<u32>,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Switch {
+    On,
+    Off,
 }
 
 #[derive(Default)]
@@ -107,9 +133,30 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         Some(urls) => RedisStore::cluster_builder(urls.clone()),
         None => RedisStore::builder(args.redis.clone()),
     };
-    let store = builder.prefix(&args.prefix).connect().await?;
+    let max_batch = match args.coalesce {
+        Switch::On => args.max_batch,
+        Switch::Off => 1,
+    };
+    let store = builder
+        .prefix(&args.prefix)
+        .max_batch(max_batch)
+        .connect()
+        .await?;
     let quota = Quota::per_second(args.rate)?.with_burst(args.burst)?;
-    let limiter = RemoteRateLimiter::builder(store, quota).build()?;
+    let remote = RemoteRateLimiter::builder(store.clone(), quota).build()?;
+    let limiter: Arc<dyn KeyedLimit> = match args.two_tier {
+        Some(batch) => Arc::new(TwoTierLimiter::builder(remote, batch).build()?),
+        None => Arc::new(remote),
+    };
+    let mut stats = match &args.cluster {
+        Some(_) => None,
+        None => CommandStats::connect(&args.redis).await,
+    };
+    let before = match &mut stats {
+        Some(s) => s.scripts().await,
+        None => None,
+    };
+    let calls_before = store.script_calls();
     let run_for = Duration::from_secs_f64(args.seconds);
     let started = Instant::now();
     let mut tasks = Vec::with_capacity(args.tasks);
@@ -121,9 +168,12 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
                 Histogram::<u64>::new_with_bounds(1, 60_000_000, 3).expect("valid bounds");
             let mut tally = Tally::default();
             while started.elapsed() < run_for {
+                // A check answered locally (two-tier) never waits: yield now and then, so the
+                // runtime still reads Redis' replies.
+                tokio::task::coop::consume_budget().await;
                 let key = rng.random_range(0..keys).to_le_bytes();
                 let t0 = Instant::now();
-                let result = limiter.check_key_n(&key, cost).await;
+                let result = limiter.check(&key, cost).await;
                 hist.saturating_record(t0.elapsed().as_micros() as u64);
                 tally.decisions += 1;
                 match result {
@@ -148,15 +198,27 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         total.errors += t.errors;
     }
     let elapsed = started.elapsed().as_secs_f64();
+    let calls = store.script_calls() - calls_before;
+    // Two-tier refills still in flight finish before the statistics are read.
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let after = match &mut stats {
+        Some(s) => s.scripts().await,
+        None => None,
+    };
+    let script = before
+        .zip(after)
+        .map(|((c0, u0), (c1, u1))| (c1 - c0, u1 - u0));
     let per_sec = total.decisions as f64 / elapsed;
     let topology = if args.cluster.is_some() {
         "cluster"
     } else {
         "standalone"
     };
+    let per_decision = script.map(|(_, usec)| usec as f64 / total.decisions.max(1) as f64);
+    let per_call = script.map(|(c, usec)| usec as f64 / c.max(1) as f64);
     println!(
-        "{topology}: {} tasks, {:.1} s: {} decisions ({per_sec:.0}/s), {} allowed, {} degraded, {} errors; \
-         latency p50 {} us, p99 {} us, max {} us",
+        "{topology}: {} tasks, {:.1} s: {} decisions ({per_sec:.0}/s) in {calls} calls, {} allowed, \
+         {} degraded, {} errors; latency p50 {} us, p99 {} us, max {} us; Redis {} us per decision",
         args.tasks,
         elapsed,
         total.decisions,
@@ -165,7 +227,8 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         total.errors,
         hist.value_at_quantile(0.5),
         hist.value_at_quantile(0.99),
-        hist.max()
+        hist.max(),
+        per_decision.map_or("?".into(), |us| format!("{us:.2}")),
     );
     if args.json {
         let json = serde_json::json!({
@@ -174,7 +237,11 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
             "seconds": elapsed,
             "keys": args.keys,
             "prefix": args.prefix,
+            "coalesce": args.coalesce == Switch::On,
+            "max_batch": max_batch,
+            "two_tier_batch": args.two_tier,
             "decisions": total.decisions,
+            "calls": calls,
             "allowed": total.allowed,
             "denied": total.decisions - total.allowed - total.errors,
             "degraded": total.degraded,
@@ -185,10 +252,61 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
             "p99_us": hist.value_at_quantile(0.99),
             "p999_us": hist.value_at_quantile(0.999),
             "max_us": hist.max(),
+            "redis_script_usec": script.map(|(_, usec)| usec),
+            "redis_script_calls": script.map(|(c, _)| c),
+            "redis_us_per_decision": per_decision,
+            "redis_us_per_call": per_call,
         });
         println!("{json}");
     }
     Ok(())
+}
+
+/// `INFO commandstats` of a standalone server, on a connection of its own.
+struct CommandStats(redis::aio::MultiplexedConnection);
+
+impl CommandStats {
+    async fn connect(url: &str) -> Option<CommandStats> {
+        let client = redis::Client::open(url).ok()?;
+        Some(CommandStats(
+            client.get_multiplexed_async_connection().await.ok()?,
+        ))
+    }
+
+    /// Calls and usec of the script commands (`evalsha` + `eval`) so far; `None` if the server
+    /// does not say (e.g. an ACL user without `INFO`).
+    async fn scripts(&mut self) -> Option<(u64, u64)> {
+        let info: String = redis::cmd("INFO")
+            .arg("commandstats")
+            .query_async(&mut self.0)
+            .await
+            .ok()?;
+        Some(script_stats(&info))
+    }
+}
+
+/// The calls and usec of `cmdstat_evalsha` and `cmdstat_eval` in an `INFO commandstats` reply.
+fn script_stats(info: &str) -> (u64, u64) {
+    let mut total = (0, 0);
+    for line in info.lines() {
+        let Some(fields) = line
+            .strip_prefix("cmdstat_evalsha:")
+            .or_else(|| line.strip_prefix("cmdstat_eval:"))
+        else {
+            continue;
+        };
+        let field = |name: &str| {
+            fields.split(',').find_map(|kv| {
+                kv.strip_prefix(name)?
+                    .strip_prefix('=')?
+                    .parse::<u64>()
+                    .ok()
+            })
+        };
+        total.0 += field("calls").unwrap_or(0);
+        total.1 += field("usec").unwrap_or(0);
+    }
+    total
 }
 
 #[cfg(test)]
@@ -198,6 +316,26 @@ mod tests {
     fn cluster(flags: &[&str]) -> Option<Vec<String>> {
         let argv = std::iter::once("redis_load").chain(flags.iter().copied());
         Args::try_parse_from(argv).unwrap().cluster
+    }
+
+    #[test]
+    fn script_stats_add_evalsha_and_eval() {
+        let info = "# Commandstats\r\ncmdstat_evalsha:calls=10,usec=95,usec_per_call=9.50,rejected_calls=0\r\n\
+                    cmdstat_eval:calls=1,usec=40,usec_per_call=40.00\r\ncmdstat_get:calls=7,usec=3\r\n";
+        assert_eq!(script_stats(info), (11, 135));
+    }
+
+    #[test]
+    fn coalescing_is_on_unless_turned_off() {
+        let parse = |flags: &[&str]| {
+            let argv = std::iter::once("redis_load").chain(flags.iter().copied());
+            Args::try_parse_from(argv).unwrap()
+        };
+        assert!(parse(&[]).coalesce == Switch::On);
+        assert!(parse(&["--coalesce", "off"]).coalesce == Switch::Off);
+        assert!(Args::try_parse_from(["redis_load", "--coalesce", "maybe"]).is_err());
+        assert!(Args::try_parse_from(["redis_load", "--max-batch", "0"]).is_err());
+        assert_eq!(parse(&["--two-tier", "50"]).two_tier, Some(50));
     }
 
     #[test]

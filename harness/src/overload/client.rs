@@ -151,7 +151,8 @@ pub async fn run(
 ) -> Result<RunRecord, String> {
     let client = http_client()?;
     let work = join(base, "work")?;
-    let gate = Arc::new(Gate::new(kind, HttpCall::new(client.clone(), work))?);
+    let call = HttpCall::new(client.clone(), work);
+    let gate = Arc::new(Gate::new(kind, call, config.wait).await?);
     let backend = start_backend_run(&client, base).await?;
     let rate = config.rate.unwrap_or(config.overload * backend.capacity());
     if !(rate.is_finite() && rate > 0.0) {

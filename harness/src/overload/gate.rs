@@ -1,5 +1,6 @@
 //! The limiters compared, each in front of the same HTTP call: none, tower's fixed
-//! `ConcurrencyLimit`, flowguard's Vegas [`Limiter`], and tower-acc's Vegas.
+//! `ConcurrencyLimit`, flowguard's outbound layer (a [`Guard`]'s, Vegas by default), and
+//! tower-acc's Vegas.
 //!
 //! Every limiter gets the same contract: a request waits up to `wait` for a permit and is shed
 //! after that; an admitted request has until its deadline to get its answer.
@@ -11,9 +12,11 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use flowguard::vegas::{Limiter, Vegas};
+use flowguard::Guard;
+use flowguard::vegas::layer::AdaptiveConcurrencyService;
+use flowguard::vegas::{HttpClassifier, Limiter, Shed};
 use tokio::time::Instant;
-use tower::{Service, ServiceExt};
+use tower::{Layer, Service, ServiceExt};
 
 /// Which limiter stands in front of the backend.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -22,8 +25,9 @@ pub enum LimiterKind {
     None,
     /// tower's `ConcurrencyLimit` with this many permits (hand-sized).
     Fixed(usize),
-    /// flowguard's Vegas `Limiter` with its default settings.
-    Vegas,
+    /// flowguard's outbound layer, as a `Guard` hands it out: its default Vegas limiter, the
+    /// same wait for a permit as the others.
+    Flowguard,
     /// tower-acc 0.1's `ConcurrencyLimit` with its default Vegas.
     TowerAcc,
 }
@@ -34,16 +38,17 @@ impl LimiterKind {
         LimiterKind::None,
         LimiterKind::Fixed(4),
         LimiterKind::Fixed(16),
-        LimiterKind::Vegas,
+        LimiterKind::Flowguard,
         LimiterKind::TowerAcc,
     ];
 
-    /// The name used on the command line and in reports (`none`, `fixed4`, `vegas`, `tower-acc`).
+    /// The name used on the command line and in reports (`none`, `fixed4`, `flowguard`,
+    /// `tower-acc`).
     pub fn name(&self) -> String {
         match self {
             Self::None => "none".into(),
             Self::Fixed(n) => format!("fixed{n}"),
-            Self::Vegas => "vegas".into(),
+            Self::Flowguard => "flowguard".into(),
             Self::TowerAcc => "tower-acc".into(),
         }
     }
@@ -59,12 +64,12 @@ impl LimiterKind {
     fn parse(name: &str) -> Result<Self, String> {
         match name {
             "none" => Ok(Self::None),
-            "vegas" => Ok(Self::Vegas),
+            "flowguard" => Ok(Self::Flowguard),
             "tower-acc" => Ok(Self::TowerAcc),
             _ => match name.strip_prefix("fixed").map(str::parse::<usize>) {
                 Some(Ok(n)) if n >= 1 => Ok(Self::Fixed(n)),
                 _ => Err(format!(
-                    "unknown limiter `{name}`: use all, or a comma-separated list of none, fixedN (N >= 1), vegas, tower-acc"
+                    "unknown limiter `{name}`: use all, or a comma-separated list of none, fixedN (N >= 1), flowguard, tower-acc"
                 )),
             },
         }
@@ -180,7 +185,13 @@ type TowerAccService = tower_acc::ConcurrencyLimit<
 enum Admission {
     None(HttpCall),
     Fixed(tower::limit::ConcurrencyLimit<HttpCall>, usize),
-    Vegas(Arc<Limiter>, HttpCall),
+    /// The guard's outbound layer over the `reqwest::Client` (a tower service of its own), and
+    /// the guard's limiter.
+    Flowguard(
+        AdaptiveConcurrencyService<reqwest::Client, HttpClassifier>,
+        Limiter,
+        reqwest::Url,
+    ),
     TowerAcc(TowerAccService, Arc<AtomicUsize>),
 }
 
@@ -207,19 +218,21 @@ impl Drop for InFlight<'_> {
 }
 
 impl Gate {
-    /// `kind` in front of `call`.
-    pub fn new(kind: LimiterKind, call: HttpCall) -> Result<Self, String> {
+    /// `kind` in front of `call`, shedding a request that waits `wait` for a permit.
+    pub async fn new(kind: LimiterKind, call: HttpCall, wait: Duration) -> Result<Self, String> {
         let admission = match kind {
             LimiterKind::None => Admission::None(call),
             LimiterKind::Fixed(n) => {
                 Admission::Fixed(tower::limit::ConcurrencyLimit::new(call, n), n)
             }
-            LimiterKind::Vegas => {
-                let limiter = Limiter::builder(Vegas::new())
-                    .name("overload")
+            LimiterKind::Flowguard => {
+                let guard = Guard::builder()
+                    .acquire_timeout(wait)
                     .build()
+                    .await
                     .map_err(|e| e.to_string())?;
-                Admission::Vegas(Arc::new(limiter), call)
+                let service = guard.outbound_layer().layer(call.client.clone());
+                Admission::Flowguard(service, guard.concurrency().clone(), call.url.clone())
             }
             LimiterKind::TowerAcc => {
                 let vegas = tower_acc::Vegas::default();
@@ -247,7 +260,7 @@ impl Gate {
         match &self.admission {
             Admission::None(_) => None,
             Admission::Fixed(_, n) => Some(*n),
-            Admission::Vegas(limiter, _) => Some(limiter.limit()),
+            Admission::Flowguard(_, limiter, _) => Some(limiter.limit()),
             Admission::TowerAcc(_, limit) => Some(limit.load(Ordering::Relaxed)),
         }
     }
@@ -267,20 +280,38 @@ impl Gate {
             }
             Admission::Fixed(service, _) => self.through(service.clone(), wait, deadline).await,
             Admission::TowerAcc(service, _) => self.through(service.clone(), wait, deadline).await,
-            Admission::Vegas(limiter, call) => {
-                let Ok(permit) = limiter.acquire(wait).await else {
-                    return Outcome::Shed;
-                };
-                let _counted = InFlight::enter(&self.in_flight);
-                let answer = HttpCall::send(call.client.clone(), call.url.clone());
-                let outcome = Outcome::of(tokio::time::timeout_at(deadline, answer).await);
-                match outcome {
-                    Outcome::Ok => permit.success(),
-                    o if o.is_overload() => permit.dropped(),
-                    _ => permit.ignore(),
-                }
-                outcome
+            Admission::Flowguard(service, _, url) => {
+                self.through_flowguard(service.clone(), url, deadline).await
             }
+        }
+    }
+
+    /// The guard's outbound layer: ready within its wait (holding a permit, or to answer
+    /// [`Shed`]), the request sent and its body read by `deadline`.
+    async fn through_flowguard(
+        &self,
+        mut service: AdaptiveConcurrencyService<reqwest::Client, HttpClassifier>,
+        url: &reqwest::Url,
+        deadline: Instant,
+    ) -> Outcome {
+        let request = reqwest::Request::new(reqwest::Method::GET, url.clone());
+        let ready = match service.ready().await {
+            Ok(ready) => ready,
+            Err(_) => return Outcome::Transport,
+        };
+        let _counted = InFlight::enter(&self.in_flight);
+        let answer = async {
+            let response = ready.call(request).await?;
+            let status = response.status().as_u16();
+            response.bytes().await?;
+            Ok::<_, flowguard::backoff::BoxError>(status)
+        };
+        match tokio::time::timeout_at(deadline, answer).await {
+            Err(_) => Outcome::Timeout,
+            Ok(Err(error)) if error.is::<Shed>() => Outcome::Shed,
+            Ok(Err(_)) => Outcome::Transport,
+            Ok(Ok(status)) if (200..300).contains(&status) => Outcome::Ok,
+            Ok(Ok(status)) => Outcome::Rejected(status),
         }
     }
 
@@ -307,7 +338,10 @@ mod tests {
     fn limiter_lists_parse_and_name_round_trip() {
         let all = LimiterKind::parse_list("all").unwrap();
         let names: Vec<String> = all.iter().map(LimiterKind::name).collect();
-        assert_eq!(names, ["none", "fixed4", "fixed16", "vegas", "tower-acc"]);
+        assert_eq!(
+            names,
+            ["none", "fixed4", "fixed16", "flowguard", "tower-acc"]
+        );
         assert_eq!(LimiterKind::parse_list(&names.join(",")).unwrap(), all);
         assert_eq!(
             LimiterKind::parse_list("fixed7").unwrap(),
@@ -317,7 +351,7 @@ mod tests {
 
     #[test]
     fn unknown_limiters_are_refused_with_the_choices() {
-        for bad in ["fixed0", "fixed", "vegas2", ""] {
+        for bad in ["fixed0", "fixed", "flowguard2", ""] {
             let error = LimiterKind::parse_list(bad).unwrap_err();
             assert!(error.contains("tower-acc"), "{bad}: {error}");
         }

@@ -263,9 +263,9 @@ impl Targets {
     /// Maximum steady-state share below the workers.
     pub const BELOW_WORKERS: f64 = 0.01;
 
-    /// The targets from `reports`, if they hold a `vegas` run and at least one `fixed` run.
+    /// The targets from `reports`, if they hold a `flowguard` run and at least one `fixed` run.
     pub fn of(reports: &[Report]) -> Option<Self> {
-        let vegas = reports.iter().find(|r| r.limiter == "vegas")?;
+        let vegas = reports.iter().find(|r| r.limiter == "flowguard")?;
         let fixed: Vec<&Report> = reports
             .iter()
             .filter(|r| r.limiter.starts_with("fixed"))
@@ -431,7 +431,7 @@ pub fn print(reports: &[Report]) {
         }
     }
     if let Some(targets) = Targets::of(reports) {
-        println!("targets (vegas against the fixed limits):");
+        println!("targets (flowguard's Vegas against the fixed limits):");
         for (target, measured, met) in targets.verdicts() {
             let verdict = match met {
                 Some(true) => "met",
@@ -453,7 +453,7 @@ mod tests {
 
     fn run(records: Vec<Record>, samples: Vec<Sample>) -> RunRecord {
         RunRecord {
-            limiter: "vegas".into(),
+            limiter: "flowguard".into(),
             backend: BackendConfig {
                 step_at: Some(Duration::from_secs(3)),
                 ..BackendConfig::default()
@@ -577,7 +577,7 @@ mod tests {
         let reports = [
             report("fixed4", 800, 160, 60.0, 0),
             report("fixed16", 1024, 140, 90.0, 0),
-            report("vegas", 1008, 120, 95.0, 2),
+            report("flowguard", 1008, 120, 95.0, 2),
         ];
         let targets = Targets::of(&reports).unwrap();
         assert_eq!(targets.first_second_ratio, Some(0.75));

@@ -15,7 +15,7 @@ use std::time::Duration;
 use ::redis::aio::{ConnectionManager, ConnectionManagerConfig, MultiplexedConnection};
 use ::redis::cluster::{ClusterClient, ClusterClientBuilder, ClusterConfig};
 use ::redis::cluster_async::ClusterConnection;
-use ::redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
+use ::redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
 use ::redis::{
     AsyncConnectionConfig, ConnectionAddr, ConnectionInfo, ErrorKind, FromRedisValue,
     IntoConnectionInfo, RedisError, RedisResult, ServerErrorKind, Value,
@@ -163,6 +163,29 @@ impl Connection {
         match live {
             Live::Standalone(mut c) => cmd.query_async(&mut c).await,
             Live::Cluster(mut c) => cmd.query_async(&mut c).await,
+        }
+    }
+
+    /// Sends one command to the master serving `slot` (as the cluster client knows it), whatever
+    /// keys it names; a standalone connection sends it to its server.
+    pub(crate) async fn query_at<T: FromRedisValue>(
+        &self,
+        cmd: &::redis::Cmd,
+        slot: u16,
+    ) -> RedisResult<T> {
+        let live = self.shared.live.read().clone();
+        match live {
+            Live::Standalone(mut c) => cmd.query_async(&mut c).await,
+            Live::Cluster(mut c) => {
+                let route = Route::new(slot, SlotAddr::Master);
+                let routing = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(route));
+                // A routed command's error reply comes back as a value.
+                let reply = c
+                    .route_command(cmd.clone(), routing)
+                    .await?
+                    .extract_error()?;
+                T::from_redis_value(reply).map_err(RedisError::from)
+            }
         }
     }
 

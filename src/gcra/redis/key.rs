@@ -13,6 +13,12 @@
 //!   To co-locate all of a limiter's keys on purpose, put a complete tag in the prefix
 //!   (`"rl:{api}:"`); a prefix with a `{` that is not closed within the prefix is rejected, since the
 //!   tag would then end inside user data.
+//! * Hash-tagged keys ([`hash_tag_keys`](super::RedisStoreBuilder::hash_tag_keys)): `k` becomes
+//!   `prefix ‖ "={" ‖ k ‖ "}"`, and a key containing `{` or `}` (or too long)
+//!   `prefix ‖ "#{" ‖ hex(SHA-1(k)) ‖ "}"`. The slot then depends on the user key alone, so the
+//!   same identity under several prefixes (one per quota) lives in one slot and its quotas can be
+//!   decided all or nothing in one call; a client still cannot pin two identities to one slot.
+//!   The prefix must then hold no hash tag of its own (it would come first and win).
 
 use crate::gcra::ConfigError;
 
@@ -29,10 +35,12 @@ pub const DEFAULT_PREFIX: &str = "flowguard:";
 #[derive(Clone, Debug)]
 pub(crate) struct KeySpace {
     prefix: Vec<u8>,
+    /// `prefix={key}`: a Redis Cluster hash tag around the user key.
+    hash_tags: bool,
 }
 
 impl KeySpace {
-    pub(crate) fn new(prefix: Vec<u8>) -> Result<KeySpace, ConfigError> {
+    pub(crate) fn new(prefix: Vec<u8>, hash_tags: bool) -> Result<KeySpace, ConfigError> {
         if prefix.len() > MAX_PREFIX_LEN {
             return Err(ConfigError::InvalidPrefix {
                 reason: format!(
@@ -42,6 +50,14 @@ impl KeySpace {
             });
         }
         if let Some(open) = prefix.iter().position(|&b| b == b'{') {
+            if hash_tags {
+                return Err(ConfigError::InvalidPrefix {
+                    reason:
+                        "it holds a hash tag `{...}`, which would win over the tag around each key \
+                             (hash_tag_keys): remove the braces from the prefix"
+                            .into(),
+                });
+            }
             match prefix[open + 1..].iter().position(|&b| b == b'}') {
                 Some(0) => {
                     return Err(ConfigError::InvalidPrefix {
@@ -60,25 +76,37 @@ impl KeySpace {
                 }
             }
         }
-        Ok(KeySpace { prefix })
+        Ok(KeySpace { prefix, hash_tags })
     }
 
     /// The store key for `key`.
     pub(crate) fn key(&self, key: &[u8]) -> Vec<u8> {
-        if key.len() <= MAX_KEY_LEN && !key.contains(&b'{') {
-            let mut out = Vec::with_capacity(self.prefix.len() + 1 + key.len());
-            out.extend_from_slice(&self.prefix);
-            out.push(b'=');
-            out.extend_from_slice(key);
-            out
+        let verbatim = key.len() <= MAX_KEY_LEN
+            && !key.contains(&b'{')
+            && !(self.hash_tags && key.contains(&b'}'));
+        let digest;
+        let (marker, body) = if verbatim {
+            (b'=', key)
         } else {
-            let digest = sha1_smol::Sha1::from(key).digest().to_string();
-            let mut out = Vec::with_capacity(self.prefix.len() + 1 + digest.len());
-            out.extend_from_slice(&self.prefix);
-            out.push(b'#');
-            out.extend_from_slice(digest.as_bytes());
-            out
+            digest = sha1_smol::Sha1::from(key).digest().to_string();
+            (b'#', digest.as_bytes())
+        };
+        let mut out = Vec::with_capacity(self.prefix.len() + 3 + body.len());
+        out.extend_from_slice(&self.prefix);
+        out.push(marker);
+        if self.hash_tags {
+            out.push(b'{');
+            out.extend_from_slice(body);
+            out.push(b'}');
+        } else {
+            out.extend_from_slice(body);
         }
+        out
+    }
+
+    /// Whether keys carry a hash tag around the user key.
+    pub(crate) fn hash_tags(&self) -> bool {
+        self.hash_tags
     }
 
     pub(crate) fn prefix(&self) -> &[u8] {
@@ -91,7 +119,7 @@ mod tests {
     use super::*;
 
     fn space(prefix: &str) -> KeySpace {
-        KeySpace::new(prefix.as_bytes().to_vec()).unwrap()
+        KeySpace::new(prefix.as_bytes().to_vec(), false).unwrap()
     }
 
     #[test]
@@ -120,11 +148,37 @@ mod tests {
 
     #[test]
     fn prefix_hash_tags_must_be_complete() {
-        assert!(KeySpace::new(b"rl:{api}:".to_vec()).is_ok());
-        assert!(KeySpace::new(b"rl:{api:".to_vec()).is_err());
-        assert!(KeySpace::new(b"rl:{}:".to_vec()).is_err());
-        assert!(KeySpace::new(vec![b'p'; MAX_PREFIX_LEN + 1]).is_err());
-        let msg = KeySpace::new(b"{".to_vec()).unwrap_err().to_string();
+        assert!(KeySpace::new(b"rl:{api}:".to_vec(), false).is_ok());
+        assert!(KeySpace::new(b"rl:{api:".to_vec(), false).is_err());
+        assert!(KeySpace::new(b"rl:{}:".to_vec(), false).is_err());
+        assert!(KeySpace::new(vec![b'p'; MAX_PREFIX_LEN + 1], false).is_err());
+        let msg = KeySpace::new(b"{".to_vec(), false).unwrap_err().to_string();
         assert!(msg.contains("close it"), "{msg}");
+        let msg = KeySpace::new(b"rl:{api}:".to_vec(), true)
+            .unwrap_err()
+            .to_string();
+        assert!(msg.contains("hash_tag_keys"), "{msg}");
+    }
+
+    #[test]
+    fn hash_tagged_keys_share_a_slot_across_prefixes_and_cannot_be_pinned() {
+        use crate::gcra::redis::slot::slot;
+        let (second, day) = (
+            KeySpace::new(b"rl:s:".to_vec(), true).unwrap(),
+            KeySpace::new(b"rl:d:".to_vec(), true).unwrap(),
+        );
+        assert_eq!(second.key(b"alice"), b"rl:s:={alice}");
+        assert_eq!(slot(&second.key(b"alice")), slot(&day.key(b"alice")));
+        assert_eq!(slot(&second.key(b"alice")), slot(b"alice"));
+        // Braces in the user key are digested, also a closing one: "x}1" and "x}2" would
+        // otherwise both be tagged "x".
+        for pinning in [&b"x}1"[..], b"x}2", b"{x}3"] {
+            let k = second.key(pinning);
+            assert!(k.starts_with(b"rl:s:#{") && k.ends_with(b"}"), "{k:?}");
+            assert_eq!(k.len(), 5 + 2 + 40 + 1);
+        }
+        assert_ne!(slot(&second.key(b"x}1")), slot(&second.key(b"x}2")));
+        // Without tags, a closing brace is kept as it is (the earlier format).
+        assert_eq!(space("rl:").key(b"x}1"), b"rl:=x}1");
     }
 }

@@ -91,10 +91,12 @@
 //! script) and the prefix's keys, e.g.
 //! `ACL SETUSER limiter on >secret resetkeys ~flowguard:* resetchannels -@all +evalsha +eval +get +set +time`.
 
+mod batch;
 mod connection;
 mod error;
 mod groups;
 pub mod key;
+mod lanes;
 mod quota;
 mod rebuild;
 mod script;
@@ -105,7 +107,7 @@ pub use error::ConnectError;
 pub use key::{DEFAULT_PREFIX, MAX_KEY_LEN, MAX_PREFIX_LEN};
 pub use quota::{MAX_REDIS_WINDOW, RESOLUTION};
 pub use store::{
-    DEFAULT_CONNECT_TIMEOUT, DEFAULT_EXPLICIT_TTL_SLACK, DEFAULT_NODE_CONNECT_TIMEOUT,
-    DEFAULT_PROBE_INTERVAL, DEFAULT_TIMEOUT, FLOWGUARD_EPOCH_UNIX_SECS, RedisStore,
-    RedisStoreBuilder,
+    DEFAULT_CONNECT_TIMEOUT, DEFAULT_EXPLICIT_TTL_SLACK, DEFAULT_MAX_BATCH,
+    DEFAULT_NODE_CONNECT_TIMEOUT, DEFAULT_PROBE_INTERVAL, DEFAULT_TIMEOUT,
+    FLOWGUARD_EPOCH_UNIX_SECS, RedisStore, RedisStoreBuilder,
 };

@@ -1,19 +1,25 @@
 //! [`RedisStore`]: GCRA state shared by every instance through Redis or Redis Cluster.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use ::redis::{ErrorKind, RedisError, ServerErrorKind};
+use ::redis::{ErrorKind, RedisError, RedisResult, ServerErrorKind};
 
+use super::batch::{Answer, Caller};
 use super::connection::{Connection, Target, Timeouts, is_auth_error};
 use super::error::ConnectError;
 use super::groups::Groups;
 use super::key::{DEFAULT_PREFIX, KeySpace};
-
-use super::script::{Call, parse_reply};
+use super::lanes::Lanes;
+use super::script::{
+    Keys, Mode, Outcome, Request, command, parse_all, parse_replies, parse_single,
+};
+use super::slot::slot;
 use crate::clock::Clock;
 use crate::gcra::remote::{
-    Circuit, Rejection, RemoteStore, StoreDecision, StoreError, Unavailable,
+    Circuit, DecideAllError, Rejection, RemoteStore, StoreDecision, StoreError, StoreItem,
+    Unavailable,
 };
 use crate::gcra::{CheckError, ConfigError, Gcra, Quota};
 
@@ -41,6 +47,14 @@ pub const DEFAULT_NODE_CONNECT_TIMEOUT: Duration = Duration::from_millis(250);
 /// interval goes to Redis and the others are answered by the failure policy at once; the first
 /// answer ends the degradation, so recovery takes at most about this long after Redis is back.
 pub const DEFAULT_PROBE_INTERVAL: Duration = Duration::from_millis(100);
+
+/// Default bound on the decisions one script call carries: 32.
+///
+/// Decisions waiting for the same connection (standalone) or master (cluster) while a call is in
+/// flight go together in the next call (see [`RedisStoreBuilder::max_batch`]). Past a few dozen,
+/// a call's fixed cost is spread so thin that larger calls save little Redis CPU per decision,
+/// while every decision of a call waits for the whole call.
+pub const DEFAULT_MAX_BATCH: usize = 32;
 
 /// Default extra key lifetime in explicit-time mode: 1 hour.
 pub const DEFAULT_EXPLICIT_TTL_SLACK: Duration = Duration::from_secs(3600);
@@ -101,14 +115,18 @@ enum TimeMode {
 #[derive(Clone)]
 pub struct RedisStore {
     inner: Arc<Inner>,
+    keys: Arc<KeySpace>,
 }
 
 struct Inner {
     conn: Connection,
-    keys: KeySpace,
     timeout: Duration,
     time: TimeMode,
     groups: Arc<Groups>,
+    lanes: Lanes,
+    max_batch: usize,
+    /// Script calls sent (`EVALSHA` and `EVAL`).
+    calls: AtomicU64,
 }
 
 /// Configures and connects a [`RedisStore`]: [`RedisStore::builder`] (one server) or
@@ -118,6 +136,8 @@ struct Inner {
 pub struct RedisStoreBuilder {
     target: Target,
     prefix: Vec<u8>,
+    hash_tag_keys: bool,
+    max_batch: usize,
     timeout: Duration,
     connect_timeout: Duration,
     node_connect_timeout: Duration,
@@ -130,6 +150,8 @@ impl RedisStoreBuilder {
         RedisStoreBuilder {
             target,
             prefix: DEFAULT_PREFIX.as_bytes().to_vec(),
+            hash_tag_keys: false,
+            max_batch: DEFAULT_MAX_BATCH,
             timeout: DEFAULT_TIMEOUT,
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             node_connect_timeout: DEFAULT_NODE_CONNECT_TIMEOUT,
@@ -142,6 +164,37 @@ impl RedisStoreBuilder {
     /// hash-tag rules in Redis Cluster.
     pub fn prefix(mut self, prefix: impl AsRef<[u8]>) -> Self {
         self.prefix = prefix.as_ref().to_vec();
+        self
+    }
+
+    /// Store each key with a Redis Cluster hash tag around the user's key: `prefix={key}` instead
+    /// of `prefix=key` (default off, the earlier format). Then a key's slot depends only on the
+    /// user's key, not on the prefix, so one identity's quotas kept under several prefixes
+    /// ([`RedisStore::with_prefix`]) share a slot and can be decided all or nothing in one call
+    /// ([`RemoteStore::decide_all`]). A user key containing `{` or `}`, or longer than
+    /// [`MAX_KEY_LEN`](super::MAX_KEY_LEN), is stored as `prefix#{digest}`, so clients cannot
+    /// pin several identities to one slot. Turning this on for a running deployment moves every
+    /// key: each starts again with a full burst.
+    pub fn hash_tag_keys(mut self, on: bool) -> Self {
+        self.hash_tag_keys = on;
+        self
+    }
+
+    /// The most decisions one script call carries (default [`DEFAULT_MAX_BATCH`]); `1` turns
+    /// coalescing off, so that every decision is a call of its own. Must be at least 1.
+    ///
+    /// Coalescing is group commit, not a timer: a decision never waits for company. It is sent at
+    /// once when no call is in flight on its connection (standalone) or to its master (cluster);
+    /// otherwise it waits for that call and goes in the next one, with every decision that queued
+    /// meanwhile (up to this bound). Each decision of a call is decided exactly as it would be
+    /// alone, in queue order, and reported on its own: a key of another type or a foreign value
+    /// fails only its own decision. Timeouts, the circuit and the failure policy apply per
+    /// decision as without coalescing. On Redis Cluster, a call goes to one master and names keys
+    /// of several of its slots, which needs Redis 7.0 or later (the script's
+    /// `allow-cross-slot-keys` flag); on older servers, and for a key whose slot moved, decisions
+    /// are calls of their own.
+    pub fn max_batch(mut self, max_batch: usize) -> Self {
+        self.max_batch = max_batch;
         self
     }
 
@@ -230,6 +283,9 @@ impl RedisStoreBuilder {
     }
 
     fn validate(&self) -> Result<KeySpace, ConfigError> {
+        if self.max_batch == 0 {
+            return Err(ConfigError::ZeroMaxBatch);
+        }
         if self.timeout.is_zero()
             || self.connect_timeout.is_zero()
             || self.node_connect_timeout.is_zero()
@@ -237,7 +293,7 @@ impl RedisStoreBuilder {
         {
             return Err(ConfigError::ZeroTimeout);
         }
-        KeySpace::new(self.prefix.clone())
+        KeySpace::new(self.prefix.clone(), self.hash_tag_keys)
     }
 
     fn timeouts(&self) -> Timeouts {
@@ -258,14 +314,18 @@ impl RedisStoreBuilder {
         } else {
             Groups::single(self.probe_interval)
         };
+        let lanes = Lanes::new(self.max_batch, conn.is_cluster());
         RedisStore {
             inner: Arc::new(Inner {
                 conn,
-                keys,
                 timeout: self.timeout,
                 time: self.time,
                 groups: Arc::new(groups),
+                lanes,
+                max_batch: self.max_batch,
+                calls: AtomicU64::new(0),
             }),
+            keys: Arc::new(keys),
         }
     }
 }
@@ -286,54 +346,109 @@ impl RedisStore {
         RedisStoreBuilder::new(Target::Cluster(urls.into_iter().map(Into::into).collect()))
     }
 
-    /// The script's call for `key`: one round trip, bounded by the timeout (including a
-    /// `NOSCRIPT` retry).
-    async fn call(&self, key: &[u8], rule: &Gcra, cost: u32) -> Result<StoreDecision, CheckError> {
-        let inner = &*self.inner;
-        let (now_us, extra_ttl_ms) = match &inner.time {
-            TimeMode::Server => (None, 0),
+    /// Another store on the same connection, with another key prefix: its calls share this
+    /// store's connection, coalescing, circuits, timeouts and clock, and one
+    /// [`decide_all`](RemoteStore::decide_all) call may name keys of both (see
+    /// [`RemoteStore::same_store`]). For several quotas of one identity: one prefix per quota,
+    /// with [`hash_tag_keys`](RedisStoreBuilder::hash_tag_keys) so that they share a slot in a
+    /// cluster. The prefix is checked as [`RedisStoreBuilder::prefix`]'s.
+    pub fn with_prefix(&self, prefix: impl AsRef<[u8]>) -> Result<RedisStore, ConfigError> {
+        let keys = KeySpace::new(prefix.as_ref().to_vec(), self.keys.hash_tags())?;
+        Ok(RedisStore {
+            inner: self.inner.clone(),
+            keys: Arc::new(keys),
+        })
+    }
+
+    /// The explicit time to decide at (µs) and the extra TTL (ms); `None`: the server's.
+    fn clock(&self) -> Result<(Option<u64>, u64), CheckError> {
+        match &self.inner.time {
+            TimeMode::Server => Ok((None, 0)),
             TimeMode::Explicit { clock, slack } => {
                 let now = clock.now_nanos() / 1000;
                 if now > MAX_EXPLICIT_NOW_US {
                     let why = Rejection::ClockOutOfRange { now_us: now };
                     return Err(StoreError::Rejected(why).into());
                 }
-                (
-                    Some(now),
-                    u64::try_from(slack.as_millis()).unwrap_or(u64::MAX),
-                )
+                let slack = u64::try_from(slack.as_millis()).unwrap_or(u64::MAX);
+                Ok((Some(now), slack))
+            }
+        }
+    }
+
+    /// Decides `cost` tokens for the store key `key`: in its lane's next call (or alone), bounded
+    /// by the timeout from now on, waiting in the lane included.
+    async fn call(&self, key: &[u8], rule: &Gcra, cost: u32) -> Answer {
+        let inner = &*self.inner;
+        let (now_us, extra_ttl_ms) = self.clock()?;
+        let request = Request::new(key.to_vec(), rule, cost, now_us, extra_ttl_ms)?;
+        let deciding = async {
+            let map = if inner.conn.is_cluster() {
+                inner.conn.slot_map()
+            } else {
+                None
+            };
+            match inner.lanes.lane(key, map.as_deref()) {
+                Some(lane) => lane.decide(self, request).await,
+                None => self.alone(&request).await,
             }
         };
-        let call = Call::new(key, rule, cost, now_us, extra_ttl_ms)?;
-        let answer = tokio::time::timeout(inner.timeout, async {
-            match inner.conn.query::<Vec<i64>>(&call.command(false)).await {
-                Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
-                    inner.conn.query::<Vec<i64>>(&call.command(true)).await
+        tokio::time::timeout(inner.timeout, deciding)
+            .await
+            .unwrap_or_else(|_| Err(self.timed_out()))
+    }
+
+    fn timed_out(&self) -> CheckError {
+        let why = Unavailable::Timeout {
+            after: self.inner.timeout,
+        };
+        StoreError::Unavailable(why).into()
+    }
+
+    /// One script call (and `EVAL` on `NOSCRIPT`), counted. Undeclared keys go to the master of
+    /// the first one's slot.
+    async fn send(&self, requests: &[&Request], mode: Mode, keys: Keys) -> RedisResult<Vec<i64>> {
+        let inner = &*self.inner;
+        let query = |by_source| {
+            let cmd = command(requests.iter().copied(), mode, keys, by_source);
+            inner.calls.fetch_add(1, Ordering::Relaxed);
+            async move {
+                match keys {
+                    Keys::Declared => inner.conn.query::<Vec<i64>>(&cmd).await,
+                    Keys::Undeclared => {
+                        let at = slot(&requests[0].key);
+                        inner.conn.query_at::<Vec<i64>>(&cmd, at).await
+                    }
                 }
-                other => other,
-            }
-        })
-        .await;
-        let reply = match answer {
-            Ok(Ok(reply)) => reply,
-            Ok(Err(e)) => {
-                let error = classify(&e, key);
-                if !matches!(error, StoreError::Unavailable(_)) {
-                    // The server answered, if only with an error.
-                    self.answered();
-                }
-                return Err(error.into());
-            }
-            Err(_) => {
-                let why = Unavailable::Timeout {
-                    after: inner.timeout,
-                };
-                return Err(StoreError::Unavailable(why).into());
             }
         };
-        self.answered();
-        let (decision, at) = parse_reply(&reply, rule, cost, key)?;
-        Ok(StoreDecision::new(decision, Duration::from_micros(at)))
+        match query(false).await {
+            Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => query(true).await,
+            other => other,
+        }
+    }
+
+    /// What a failed call means for a decision about `key`.
+    fn failure(&self, e: &RedisError, key: &[u8]) -> CheckError {
+        let error = classify(e, key);
+        if !matches!(error, StoreError::Unavailable(_)) {
+            // The server answered, if only with an error.
+            self.answered();
+        }
+        error.into()
+    }
+
+    /// Script calls sent so far by this store and every store sharing its connection
+    /// ([`with_prefix`](Self::with_prefix), clones): one per call of its own and per coalesced
+    /// call, plus the `EVAL` retries after `NOSCRIPT`. Decisions per call is the coalescing
+    /// factor.
+    pub fn script_calls(&self) -> u64 {
+        self.inner.calls.load(Ordering::Relaxed)
+    }
+
+    /// The most decisions one script call carries ([`RedisStoreBuilder::max_batch`]).
+    pub fn max_batch(&self) -> usize {
+        self.inner.max_batch
     }
 
     /// The server answered: a cluster store without a slot map reads one now.
@@ -346,7 +461,7 @@ impl RedisStore {
 
     /// The key prefix.
     pub fn prefix(&self) -> &[u8] {
-        self.inner.keys.prefix()
+        self.keys.prefix()
     }
 
     /// The per-call timeout.
@@ -362,6 +477,88 @@ impl RedisStore {
     /// Whether decisions use the server's clock (the default) rather than an explicit one.
     pub fn uses_server_time(&self) -> bool {
         matches!(self.inner.time, TimeMode::Server)
+    }
+}
+
+/// The store seen from its [lanes](super::lanes): single calls and coalesced ones.
+impl Caller for RedisStore {
+    /// A call of its own: the script in single mode, the key declared (routed, and redirected by
+    /// a cluster). Bounded by the caller's timeout.
+    async fn alone(&self, request: &Request) -> Answer {
+        match self.send(&[request], Mode::Single, Keys::Declared).await {
+            Ok(reply) => {
+                self.answered();
+                parse_single(&reply, request)
+            }
+            Err(e) => Err(self.failure(&e, &request.key)),
+        }
+    }
+
+    /// A coalesced call: the script in tolerant mode, each request decided as if alone. A request
+    /// the call left undecided (its key is of another type, or not this node's) and every request
+    /// of a call the server refused before running it (the script could not run, a redirect) is
+    /// decided by a call of its own, in order, after the coalesced call; a call that got no answer
+    /// fails each of its requests.
+    async fn together(&self, requests: &[Request]) -> Vec<Answer> {
+        let inner = &*self.inner;
+        let keys = if inner.conn.is_cluster() {
+            Keys::Undeclared
+        } else {
+            Keys::Declared
+        };
+        let refs: Vec<&Request> = requests.iter().collect();
+        let sent =
+            tokio::time::timeout(inner.timeout, self.send(&refs, Mode::Tolerant, keys)).await;
+        let outcomes = match sent {
+            Err(_) => return requests.iter().map(|_| Err(self.timed_out())).collect(),
+            Ok(Ok(reply)) => {
+                self.answered();
+                match parse_replies(&reply, &refs) {
+                    Ok(outcomes) => outcomes,
+                    Err(e) => return requests.iter().map(|_| Err(e.clone())).collect(),
+                }
+            }
+            // An error reply: the script never ran, or stopped before deciding anything (it
+            // changes nothing before its arguments are checked, and tolerates failing commands
+            // after that), so deciding each request again decides it once.
+            Ok(Err(e)) if e.code().is_some() => {
+                if keys == Keys::Undeclared
+                    && e.kind() == ErrorKind::Server(ServerErrorKind::ResponseError)
+                    && inner.lanes.without_cross_slot()
+                {
+                    tracing::info!(
+                        error = %e,
+                        "a Redis Cluster node cannot run the cross-slot script (Redis before 7.0?): \
+                         decisions are no longer coalesced"
+                    );
+                }
+                vec![Outcome::Alone; requests.len()]
+            }
+            Ok(Err(e)) => {
+                return requests
+                    .iter()
+                    .map(|r| Err(self.failure(&e, &r.key)))
+                    .collect();
+            }
+        };
+        let mut answers = Vec::with_capacity(requests.len());
+        let mut moved = false;
+        for (outcome, request) in outcomes.into_iter().zip(requests) {
+            answers.push(match outcome {
+                Outcome::Done(answer) => answer,
+                Outcome::Alone => {
+                    moved = true;
+                    tokio::time::timeout(inner.timeout, self.alone(request))
+                        .await
+                        .unwrap_or_else(|_| Err(self.timed_out()))
+                }
+            });
+        }
+        if moved && inner.conn.is_cluster() {
+            // A key may have moved to another master: group the next calls by a fresh map.
+            inner.conn.read_map_soon(&inner.groups);
+        }
+        answers
     }
 }
 
@@ -383,7 +580,7 @@ impl RemoteStore for RedisStore {
     /// The Redis key that holds `key`'s state: prefix, a marker byte, and the key itself (or its
     /// SHA-1 when longer than [`MAX_KEY_LEN`](super::MAX_KEY_LEN) bytes or containing `{`).
     fn key(&self, key: &[u8]) -> Vec<u8> {
-        self.inner.keys.key(key)
+        self.keys.key(key)
     }
 
     fn circuit(&self) -> &Circuit {
@@ -408,6 +605,57 @@ impl RemoteStore for RedisStore {
         cost: u32,
     ) -> Result<StoreDecision, CheckError> {
         self.call(key, rule, cost).await
+    }
+
+    /// Standalone: always. Cluster: when every key is in one hash slot (one call may only
+    /// declare keys of one slot); see [`RedisStoreBuilder::hash_tag_keys`] for naming one
+    /// identity's keys so.
+    fn can_decide_all(&self, keys: &[&Vec<u8>]) -> bool {
+        if !self.inner.conn.is_cluster() {
+            return true;
+        }
+        let mut slots = keys.iter().map(|k| slot(k));
+        let first = slots.next();
+        slots.all(|s| Some(s) == first)
+    }
+
+    /// Stores on one connection: clones and [`with_prefix`](RedisStore::with_prefix) stores.
+    fn same_store(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.inner, &other.inner)
+    }
+
+    /// One script call in all-or-nothing mode, its keys declared: a cluster routes it to the
+    /// keys' slot (and follows `MOVED`/`ASK`). Keys in several slots of a cluster are
+    /// [`DecideAllError::Apart`], without a call. Errors as [`decide`](RemoteStore::decide)'s;
+    /// a key of another type or a foreign value fails the whole call, and nothing is spent.
+    async fn decide_all(
+        &self,
+        items: &[StoreItem<'_, Vec<u8>>],
+    ) -> Result<Vec<StoreDecision>, DecideAllError> {
+        if items.is_empty() {
+            return Ok(Vec::new());
+        }
+        let keys: Vec<&Vec<u8>> = items.iter().map(|i| i.key).collect();
+        if !self.can_decide_all(&keys) {
+            return Err(DecideAllError::Apart);
+        }
+        let (now_us, extra_ttl_ms) = self.clock()?;
+        let requests = items
+            .iter()
+            .map(|i| Request::new(i.key.clone(), i.rule, i.cost, now_us, extra_ttl_ms))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(CheckError::from)?;
+        let refs: Vec<&Request> = requests.iter().collect();
+        let inner = &*self.inner;
+        match tokio::time::timeout(inner.timeout, self.send(&refs, Mode::All, Keys::Declared)).await
+        {
+            Err(_) => Err(self.timed_out().into()),
+            Ok(Err(e)) => Err(self.failure(&e, &requests[0].key).into()),
+            Ok(Ok(reply)) => {
+                self.answered();
+                Ok(parse_all(&reply, &refs)?)
+            }
+        }
     }
 
     /// A probe failed again: check beside the connection whether it is what fails, and rebuild it.
@@ -435,7 +683,8 @@ impl std::fmt::Debug for RedisStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RedisStore")
             .field("topology", &self.inner.conn.topology())
-            .field("prefix", &String::from_utf8_lossy(self.inner.keys.prefix()))
+            .field("prefix", &String::from_utf8_lossy(self.keys.prefix()))
+            .field("max_batch", &self.inner.max_batch)
             .field("timeout", &self.inner.timeout)
             .field("server_time", &self.uses_server_time())
             .finish_non_exhaustive()

@@ -149,13 +149,7 @@ impl<S: RemoteStore> RemoteRateLimiter<S> {
     /// call [`StoreError::Rejected`]. An unavailable store is answered by the failure policy.
     pub async fn check_key_n(&self, key: &[u8], cost: u32) -> Result<Decision, CheckError> {
         let inner = &*self.inner;
-        if cost > inner.rule.burst() {
-            return Err(GcraError::InsufficientCapacity {
-                cost,
-                burst: inner.rule.burst(),
-            }
-            .into());
-        }
+        self.fits_burst(cost)?;
         let store_key = inner.store.key(key);
         let group = inner.store.group(&store_key);
         let circuit = inner.store.circuit();
@@ -189,8 +183,63 @@ impl<S: RemoteStore> RemoteRateLimiter<S> {
         }
     }
 
+    /// `cost > burst` is [`GcraError::InsufficientCapacity`]: it can never be allowed.
+    pub(super) fn fits_burst(&self, cost: u32) -> Result<(), CheckError> {
+        let burst = self.inner.rule.burst();
+        if cost > burst {
+            return Err(GcraError::InsufficientCapacity { cost, burst }.into());
+        }
+        Ok(())
+    }
+
+    /// What the failure policy would answer for a request of `key` (the store unavailable),
+    /// spending nothing and logging nothing: fail open allows, fail closed denies, the local
+    /// fallback allows when `total` tokens (this request's and those of the same key's other
+    /// requests) fit its share now.
+    pub(super) fn degraded_peek(&self, key: &[u8], total: u32) -> Decision {
+        let inner = &*self.inner;
+        match (&inner.policy, &inner.fallback) {
+            (FailurePolicy::LocalFallback(_), Some(local)) => match local.check_key_n(key, 0) {
+                Ok(peek) if peek.allowed && total <= peek.remaining => {
+                    peek.degraded(Degradation::LocalFallback)
+                }
+                Ok(_) | Err(GcraError::InsufficientCapacity { .. }) => {
+                    self.policy_denial().degraded(Degradation::LocalFallback)
+                }
+                Err(_) => self
+                    .policy_denial()
+                    .degraded(Degradation::LocalFallbackFull),
+            },
+            (FailurePolicy::FailClosed, _) => {
+                self.policy_denial().degraded(Degradation::FailClosed)
+            }
+            _ => match inner.rule.decide(Ticks::ZERO, 0, 0) {
+                Ok(step) => step.decision.degraded(Degradation::FailOpen),
+                Err(_) => self.policy_denial().degraded(Degradation::FailOpen),
+            },
+        }
+    }
+
+    /// Counts and logs one degraded decision (`why`: how the store failed).
+    pub(super) fn log_degraded(&self, why: Unavailable) {
+        let inner = &*self.inner;
+        inner.log.degraded(inner.policy.label(), why);
+    }
+
+    /// A denial by the failure policy: try again after one probe interval.
+    fn policy_denial(&self) -> Decision {
+        let inner = &*self.inner;
+        Decision::new(
+            false,
+            inner.rule.burst(),
+            0,
+            Some(inner.store.circuit().probe_interval()),
+            inner.quota.burst_window(),
+        )
+    }
+
     /// Records an answer of the store for `group`.
-    fn answered(&self, group: usize) {
+    pub(super) fn answered(&self, group: usize) {
         let inner = &*self.inner;
         if inner.store.circuit().answered(group) {
             inner.log.recovered();
@@ -200,18 +249,10 @@ impl<S: RemoteStore> RemoteRateLimiter<S> {
 
     /// The decision of the failure policy for a check the store could not answer (`why`),
     /// counted and logged.
-    fn degrade(&self, key: &[u8], cost: u32, why: Unavailable) -> Decision {
+    pub(super) fn degrade(&self, key: &[u8], cost: u32, why: Unavailable) -> Decision {
         let inner = &*self.inner;
-        inner.log.degraded(inner.policy.label(), why);
-        let denied = || {
-            Decision::new(
-                false,
-                inner.rule.burst(),
-                0,
-                Some(inner.store.circuit().probe_interval()),
-                inner.quota.burst_window(),
-            )
-        };
+        self.log_degraded(why);
+        let denied = || self.policy_denial();
         match (&inner.policy, &inner.fallback) {
             (FailurePolicy::LocalFallback(_), Some(local)) => {
                 match local.check_key_n(key, cost) {
@@ -270,6 +311,13 @@ impl<S: RemoteStore> KeyedLimit for RemoteRateLimiter<S> {
 
     fn quota(&self) -> Quota {
         self.inner.quota
+    }
+}
+
+impl<S> RemoteRateLimiter<S> {
+    /// Whether `self` and `other` are the same limiter (clones of one).
+    pub(super) fn same_limiter(&self, other: &RemoteRateLimiter<S>) -> bool {
+        Arc::ptr_eq(&self.inner, &other.inner)
     }
 }
 

@@ -9,10 +9,15 @@
 //!   closed, or a local in-memory GCRA with this instance's [share](crate::gcra::LocalShare) of
 //!   the quota. Every degraded decision is counted in [`DEGRADED_METRIC`] and logged with
 //!   `tracing::warn!` at most once per second per limiter; the first answer ends the degradation.
+//! * [`RemoteRateLimiter::check_all`]: several quotas of one request ([`QuotaCheck`]s), all or
+//!   nothing: atomic in one round trip when the store can decide the keys together
+//!   ([`RemoteStore::decide_all`]), peeked then spent otherwise; each quota's failure policy
+//!   answers when the store does not.
 //! * [`StoreError`] with its reasons [`Unavailable`] (temporary: the failure policy answers) and
 //!   [`Rejection`] (a fault of the deployment), plus a key holding something else
 //!   ([`StoreError::WrongType`], [`StoreError::CorruptState`]).
 
+mod all;
 mod circuit;
 mod limiter;
 mod outage_log;
@@ -20,8 +25,9 @@ mod policy;
 mod store;
 
 pub use super::check::{Rejection, StoreError, Unavailable};
+pub use all::QuotaCheck;
 pub use circuit::Circuit;
 pub use limiter::{RemoteRateLimiter, RemoteRateLimiterBuilder};
 pub use outage_log::DEGRADED_METRIC;
 pub use policy::FailurePolicy;
-pub use store::{RemoteStore, StoreDecision};
+pub use store::{DecideAllError, RemoteStore, StoreDecision, StoreItem};

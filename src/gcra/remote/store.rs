@@ -1,5 +1,6 @@
 //! [`RemoteStore`]: the I/O of one GCRA decision against a store shared by every instance.
 
+use std::fmt;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
@@ -25,6 +26,60 @@ impl StoreDecision {
     /// The answer `decision`, reached at `at`.
     pub fn new(decision: Decision, at: Duration) -> StoreDecision {
         StoreDecision { decision, at }
+    }
+}
+
+/// One request of an all-or-nothing [`RemoteStore::decide_all`]: `cost` tokens (at most the
+/// rule's burst; 0 peeks) for the store key `key` under `rule`.
+#[derive(Clone, Copy, Debug)]
+pub struct StoreItem<'a, K> {
+    /// The store key.
+    pub key: &'a K,
+    /// The rule, at the store's resolution ([`RemoteStore::rule`]).
+    pub rule: &'a Gcra,
+    /// Tokens asked for.
+    pub cost: u32,
+}
+
+/// Why [`RemoteStore::decide_all`] returned no decisions.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum DecideAllError {
+    /// The store cannot decide these keys in one atomic call
+    /// ([`can_decide_all`](RemoteStore::can_decide_all) is false: for Redis Cluster, keys in
+    /// several hash slots). Nothing was asked. Name one identity's keys so that they share a
+    /// slot (for Redis: [`hash_tag_keys`](crate::gcra::redis::RedisStoreBuilder::hash_tag_keys)
+    /// and one prefix per quota), or decide them one by one.
+    Apart,
+    /// What one decision could report (see [`RemoteStore::decide`]); nothing was spent.
+    Check(CheckError),
+}
+
+impl fmt::Display for DecideAllError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            DecideAllError::Apart => f.write_str(
+                "the store cannot decide these keys in one call (Redis Cluster: they are in several hash \
+                 slots); give one identity's keys one hash tag (RedisStoreBuilder::hash_tag_keys, one \
+                 prefix per quota) or decide them one by one",
+            ),
+            DecideAllError::Check(e) => e.fmt(f),
+        }
+    }
+}
+
+impl std::error::Error for DecideAllError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            DecideAllError::Apart => None,
+            DecideAllError::Check(e) => Some(e),
+        }
+    }
+}
+
+impl From<CheckError> for DecideAllError {
+    fn from(e: CheckError) -> DecideAllError {
+        DecideAllError::Check(e)
     }
 }
 
@@ -68,6 +123,40 @@ pub trait RemoteStore: Send + Sync + 'static {
         rule: &Gcra,
         cost: u32,
     ) -> impl Future<Output = Result<StoreDecision, CheckError>> + Send;
+
+    /// Whether one [`decide_all`](Self::decide_all) call can decide these keys together,
+    /// atomically (for Redis: always on one server; on a cluster, when they share a hash slot).
+    /// The default is `false`: the store decides one key at a time.
+    fn can_decide_all(&self, _keys: &[&Self::Key]) -> bool {
+        false
+    }
+
+    /// Whether `other` reaches the same store through the same calls, so that one
+    /// [`decide_all`](Self::decide_all) call of `self` may name keys that `other` derived (for
+    /// Redis: clones and [`with_prefix`](crate::gcra::redis::RedisStore::with_prefix) stores).
+    /// The default is `false`.
+    fn same_store(&self, _other: &Self) -> bool {
+        false
+    }
+
+    /// Decides `items` all or nothing, in one atomic round trip bounded by the store's timeout:
+    /// every item is spent only if every item fits (a key named twice must fit the sum of its
+    /// costs, and its second item is decided against the first), otherwise nothing is spent.
+    ///
+    /// The answers are in the order of `items`. When every item fits, each is the spend's
+    /// decision. Otherwise each describes its key as it is, unspent: an item that fits is
+    /// allowed (with the key's current `remaining` and `reset_after`), one that does not is
+    /// denied, with the time until it would fit (the earlier costs on its key included).
+    ///
+    /// Keys the store cannot decide together ([`can_decide_all`](Self::can_decide_all)) are
+    /// [`DecideAllError::Apart`], without a round trip; the default does that for every call. No
+    /// failure policy here, as for [`decide`](Self::decide).
+    fn decide_all(
+        &self,
+        _items: &[StoreItem<'_, Self::Key>],
+    ) -> impl Future<Output = Result<Vec<StoreDecision>, DecideAllError>> + Send {
+        std::future::ready(Err(DecideAllError::Apart))
+    }
 
     /// A probe (the one call let through a failed group) failed again: the store may check
     /// whether its connection is what fails, and rebuild it. The default does nothing.

@@ -83,6 +83,14 @@ impl Limiter {
     /// [`try_acquire`](Self::try_acquire) on behalf of `partition`.
     #[inline]
     pub fn try_acquire_in(&self, partition: PartitionId) -> Result<Permit<'_>, AcquireError> {
+        self.grant_now(partition)
+            .inspect_err(|_| self.shared.shed())
+    }
+
+    /// A permit now, or why not, without counting a refusal as shed: the fast path of
+    /// [`acquire_in`](Self::acquire_in), which waits after it.
+    #[inline]
+    fn grant_now(&self, partition: PartitionId) -> Result<Permit<'_>, AcquireError> {
         let grant = self.shared.try_grant(partition)?;
         Ok(Permit::new(&self.shared, grant))
     }
@@ -94,7 +102,7 @@ impl Limiter {
     pub async fn acquire(&self, timeout: Duration) -> Result<Permit<'_>, AcquireError> {
         // The fast path inline here rather than through `acquire_in`'s future: one future less
         // on the uncontended round trip.
-        if let Ok(permit) = self.try_acquire_in(PartitionId::DEFAULT) {
+        if let Ok(permit) = self.grant_now(PartitionId::DEFAULT) {
             return Ok(permit);
         }
         self.wait(PartitionId::DEFAULT, timeout).await
@@ -113,7 +121,7 @@ impl Limiter {
         timeout: Duration,
     ) -> Result<Permit<'_>, AcquireError> {
         // Uncontended fast path: no timer needed.
-        if let Ok(permit) = self.try_acquire_in(partition) {
+        if let Ok(permit) = self.grant_now(partition) {
             return Ok(permit);
         }
         self.wait(partition, timeout).await
@@ -127,7 +135,10 @@ impl Limiter {
     ) -> Result<Permit<'_>, AcquireError> {
         match tokio::time::timeout(timeout, WaitForPermit::new(&self.shared, partition)).await {
             Ok(permit) => Ok(permit),
-            Err(_) => Err(AcquireError::Timeout { waited: timeout }),
+            Err(_) => {
+                self.shared.shed();
+                Err(AcquireError::Timeout { waited: timeout })
+            }
         }
     }
 

@@ -87,6 +87,12 @@ impl Shared {
         self.state.lock().partition(name)
     }
 
+    /// Counts a caller refused a permit (it sheds its call).
+    #[cold]
+    pub(super) fn shed(&self) {
+        self.metrics.shed();
+    }
+
     /// Takes a permit for `partition` now, or says why not.
     #[inline]
     pub(super) fn try_grant(&self, partition: PartitionId) -> Result<Grant, AcquireError> {

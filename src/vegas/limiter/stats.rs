@@ -173,6 +173,7 @@ pub(crate) struct LimiterMetrics {
     success: metrics::Counter,
     dropped: metrics::Counter,
     ignored: metrics::Counter,
+    shed: metrics::Counter,
 }
 
 impl std::fmt::Debug for LimiterMetrics {
@@ -193,6 +194,7 @@ impl LimiterMetrics {
             success: outcome("success"),
             dropped: outcome("dropped"),
             ignored: outcome("ignored"),
+            shed: metrics::counter!("flowguard_vegas_shed_total", "limiter" => name.clone()),
         }
     }
 
@@ -212,6 +214,11 @@ impl LimiterMetrics {
     #[inline]
     pub(crate) fn granted(&self) {
         self.in_flight.increment(1.0);
+    }
+
+    /// Counts a caller refused a permit.
+    pub(crate) fn shed(&self) {
+        self.shed.increment(1);
     }
 
     /// Counts a permit released with `outcome` after `rtt_nanos`, and the new limit if it changed.

@@ -1,0 +1,202 @@
+//! [`GuardBuilder`]: one builder for the three protections — the inbound quota and where it is
+//! kept, the outbound concurrency limit, the retry policy — validated together.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::error::BuildError;
+use super::guard::Guard;
+use super::store::StoreSettings;
+use crate::backoff::RetryPolicy;
+use crate::gcra::{KeyedLimit, Quota};
+use crate::vegas::{DEFAULT_ACQUIRE_TIMEOUT, Limiter, Vegas};
+
+/// Configures a [`Guard`]; from [`Guard::builder`]. Every part is optional:
+///
+/// | part | default | set with |
+/// |---|---|---|
+/// | inbound quota | none ([`Guard::admit`] answers [`NoRateLimit`](super::NoRateLimit)) | [`quota`](Self::quota), kept in memory, or in Redis with `redis` (feature `redis`); or a limiter of your own with [`rate_limit`](Self::rate_limit) |
+/// | outbound concurrency | a [`Vegas`] limiter with its defaults, named `"default"` | [`concurrency`](Self::concurrency): any [`LimitAlgorithm`](crate::vegas::LimitAlgorithm) |
+/// | wait for a permit | [`DEFAULT_ACQUIRE_TIMEOUT`] (50 ms), then the call is shed | [`acquire_timeout`](Self::acquire_timeout) |
+/// | retries | none: each call is made once | [`retry`](Self::retry) |
+///
+/// [`build`](Self::build) checks that the parts fit together and opens the quota's store
+/// (connecting to Redis, if configured), so a guard that builds is ready to use; anything that
+/// cannot work is a [`BuildError`] saying what to change.
+///
+/// ```
+/// use std::time::Duration;
+/// use flowguard::backoff::RetryPolicy;
+/// use flowguard::gcra::Quota;
+/// use flowguard::vegas::{Aimd, Limiter};
+/// use flowguard::{BuildError, Guard};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let guard = Guard::builder()
+///     .quota(Quota::per_minute(600)?.with_burst(20)?)
+///     .concurrency(Limiter::builder(Aimd::new()).name("inventory").build()?)
+///     .acquire_timeout(Duration::from_millis(20))
+///     .retry(RetryPolicy::builder().max_attempts(3).name("inventory").build()?)
+///     .build()
+///     .await?;
+/// assert_eq!(guard.concurrency().snapshot().limit, guard.concurrency().limit());
+///
+/// // A limiter brings its own quota: giving both is an error that says so.
+/// let both = Guard::builder()
+///     .quota(Quota::per_second(1)?)
+///     .rate_limit(flowguard::gcra::KeyedRateLimiter::<String>::new(Quota::per_second(2)?))
+///     .build()
+///     .await;
+/// assert_eq!(both.unwrap_err(), BuildError::QuotaAndRateLimit);
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Default)]
+#[must_use = "a builder does nothing until `build` is called"]
+pub struct GuardBuilder {
+    quota: Option<Quota>,
+    rate_limit: Option<Arc<dyn KeyedLimit>>,
+    store: StoreSettings,
+    concurrency: Option<Limiter>,
+    acquire_timeout: Option<Duration>,
+    retry: Option<RetryPolicy>,
+}
+
+impl GuardBuilder {
+    /// The quota every key of an inbound request gets, kept in memory (a bounded
+    /// [`KeyedRateLimiter`](crate::gcra::KeyedRateLimiter) with byte keys) unless
+    /// `redis` (feature `redis`) says where else.
+    pub fn quota(mut self, quota: Quota) -> Self {
+        self.quota = Some(quota);
+        self
+    }
+
+    /// Keeps the [`quota`](Self::quota) in Redis, shared by every instance: `redis://` (or
+    /// `rediss://` for TLS, feature `redis-tls`) for one server, `redis+cluster://h1:p1,h2:p2`
+    /// (`rediss+cluster://`) for a Redis Cluster; see `RedisTarget`.
+    /// [`build`](Self::build) connects, and a server it cannot reach or credentials it refuses
+    /// are a [`BuildError::Redis`]. Feature `redis`.
+    #[cfg(feature = "redis")]
+    pub fn redis(mut self, url: impl Into<String>) -> Self {
+        self.store.url = Some(url.into());
+        self
+    }
+
+    /// The prefix of the quota's Redis keys (default `"flowguard:"`); services that share a
+    /// quota use the same one. Needs [`redis`](Self::redis). Feature `redis`.
+    #[cfg(feature = "redis")]
+    pub fn redis_prefix(mut self, prefix: impl AsRef<[u8]>) -> Self {
+        self.store.prefix = Some(prefix.as_ref().to_vec());
+        self
+    }
+
+    /// What the quota answers while Redis does not (default
+    /// [`FailOpen`](crate::gcra::remote::FailurePolicy::FailOpen)). Needs [`redis`](Self::redis).
+    /// Feature `redis`.
+    #[cfg(feature = "redis")]
+    pub fn failure_policy(mut self, policy: crate::gcra::remote::FailurePolicy) -> Self {
+        self.store.failure_policy = Some(policy);
+        self
+    }
+
+    /// Two-tier mode: reserve `batch` tokens from Redis at a time and spend them locally
+    /// ([`TwoTierLimiter`](crate::gcra::two_tier::TwoTierLimiter)), cutting Redis calls about
+    /// `batch` times; the fleet may overshoot the quota by up to instances x `batch`. The batch
+    /// must lie in `1..=burst`. Needs [`redis`](Self::redis). Feature `redis`.
+    #[cfg(feature = "redis")]
+    pub fn two_tier(mut self, batch: u32) -> Self {
+        self.store.two_tier_batch = Some(batch);
+        self
+    }
+
+    /// A limiter of your own for inbound requests, instead of [`quota`](Self::quota): an
+    /// in-memory [`KeyedRateLimiter`](crate::gcra::KeyedRateLimiter) with your settings (a
+    /// clock, `max_keys`), a [remote](crate::gcra::remote) or [two-tier](crate::gcra::two_tier)
+    /// limiter you configured, or any [`KeyedLimit`].
+    pub fn rate_limit(self, limit: impl KeyedLimit + 'static) -> Self {
+        self.shared_rate_limit(Arc::new(limit))
+    }
+
+    /// [`rate_limit`](Self::rate_limit), sharing a limiter that other parts of the service also
+    /// use.
+    pub fn shared_rate_limit(mut self, limit: Arc<dyn KeyedLimit>) -> Self {
+        self.rate_limit = Some(limit);
+        self
+    }
+
+    /// The concurrency limiter outbound calls take their permits from (default: [`Vegas`] with
+    /// its defaults): built with [`Limiter::builder`] from any
+    /// [`LimitAlgorithm`](crate::vegas::LimitAlgorithm), and shared with anything else holding
+    /// a clone of it.
+    pub fn concurrency(mut self, limiter: Limiter) -> Self {
+        self.concurrency = Some(limiter);
+        self
+    }
+
+    /// How long an outbound call waits for a permit before it is shed (default
+    /// [`DEFAULT_ACQUIRE_TIMEOUT`], 50 ms; `Duration::ZERO`: not at all).
+    pub fn acquire_timeout(mut self, timeout: Duration) -> Self {
+        self.acquire_timeout = Some(timeout);
+        self
+    }
+
+    /// How failed outbound calls are retried. Without one, each call is made once.
+    pub fn retry(mut self, policy: RetryPolicy) -> Self {
+        self.retry = Some(policy);
+        self
+    }
+
+    /// Checks the configuration, opens the quota's store (connecting to Redis, if configured)
+    /// and returns the guard.
+    ///
+    /// # Errors
+    /// A [`BuildError`] saying what to change: both a quota and a limiter
+    /// ([`QuotaAndRateLimit`](BuildError::QuotaAndRateLimit)), a store setting without a quota
+    /// or without Redis, a Redis URL that cannot be read or a server that cannot be reached, a
+    /// two-tier batch or failure policy the quota does not allow.
+    pub async fn build(self) -> Result<Guard, BuildError> {
+        let concurrency = match self.concurrency {
+            Some(limiter) => limiter,
+            None => Limiter::builder(Vegas::new())
+                .build()
+                .map_err(BuildError::Concurrency)?,
+        };
+        let acquire_timeout = self.acquire_timeout.unwrap_or(DEFAULT_ACQUIRE_TIMEOUT);
+        #[cfg(feature = "tower")]
+        let outbound = crate::vegas::layer::AdaptiveConcurrencyLayer::builder(concurrency.clone())
+            .max_wait(acquire_timeout)
+            .build()
+            .map_err(BuildError::Concurrency)?;
+        #[cfg(feature = "reqwest")]
+        let concurrency_middleware =
+            crate::vegas::reqwest::AdaptiveConcurrencyMiddleware::builder(concurrency.clone())
+                .max_wait(acquire_timeout)
+                .build()
+                .map_err(BuildError::Concurrency)?;
+        let admission = match (self.quota, self.rate_limit) {
+            (Some(_), Some(_)) => return Err(BuildError::QuotaAndRateLimit),
+            (Some(quota), None) => Some(self.store.open(quota).await?),
+            (None, limit) => {
+                if let Some(setting) = self.store.first_setting() {
+                    return Err(match limit {
+                        Some(_) => BuildError::SettingWithRateLimit { setting },
+                        None => BuildError::NeedsQuota { setting },
+                    });
+                }
+                limit
+            }
+        };
+        Ok(Guard {
+            admission,
+            concurrency,
+            retry: self.retry,
+            once: RetryPolicy::once(),
+            acquire_timeout,
+            #[cfg(feature = "tower")]
+            outbound,
+            #[cfg(feature = "reqwest")]
+            concurrency_middleware,
+        })
+    }
+}

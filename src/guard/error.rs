@@ -1,0 +1,136 @@
+//! The [`Guard`](super::Guard)'s errors: a configuration that cannot work ([`BuildError`]), and a
+//! guard asked for a quota it was not given ([`NoRateLimit`], [`AdmitError`]).
+
+use std::fmt;
+
+use crate::gcra::CheckError;
+
+/// Why [`GuardBuilder::build`](super::GuardBuilder::build) returned no guard. Each variant says
+/// what to change.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum BuildError {
+    /// Both [`quota`](super::GuardBuilder::quota) and
+    /// [`rate_limit`](super::GuardBuilder::rate_limit) were given: a limiter brings its own quota.
+    QuotaAndRateLimit,
+    /// A setting of the store flowguard builds for the quota (e.g. `redis`, `two_tier`) was given
+    /// without a [`quota`](super::GuardBuilder::quota).
+    NeedsQuota {
+        /// The builder method given.
+        setting: &'static str,
+    },
+    /// A setting of a Redis store (e.g. `two_tier`, `failure_policy`, `redis_prefix`) was given
+    /// for a quota kept in memory.
+    NeedsRedis {
+        /// The builder method given.
+        setting: &'static str,
+    },
+    /// A setting of the store flowguard builds was given along with a limiter of your own
+    /// ([`rate_limit`](super::GuardBuilder::rate_limit)), which it would not apply to.
+    SettingWithRateLimit {
+        /// The builder method given.
+        setting: &'static str,
+    },
+    /// The store URL cannot be read.
+    #[cfg(feature = "redis")]
+    RedisUrl(super::redis_url::RedisUrlError),
+    /// The Redis store could not be set up: a URL it cannot use, refused credentials, or a server
+    /// it could not reach.
+    #[cfg(feature = "redis")]
+    Redis(crate::gcra::redis::ConnectError),
+    /// The quota's store refused its settings (e.g. a two-tier batch above the burst, a
+    /// local-fallback share that rounds the burst to zero).
+    Store(crate::gcra::ConfigError),
+    /// The outbound layers refused the concurrency limiter's settings.
+    Concurrency(crate::vegas::ConfigError),
+}
+
+impl fmt::Display for BuildError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            BuildError::QuotaAndRateLimit => f.write_str(
+                "both GuardBuilder::quota and GuardBuilder::rate_limit are set, but a limiter brings its own \
+                 quota: keep one of them",
+            ),
+            BuildError::NeedsQuota { setting } => write!(
+                f,
+                "GuardBuilder::{setting} configures where the inbound quota is kept, but no quota is set: \
+                 add GuardBuilder::quota"
+            ),
+            BuildError::NeedsRedis { setting } => write!(
+                f,
+                "GuardBuilder::{setting} applies to a quota kept in Redis, but this one is kept in memory: \
+                 add GuardBuilder::redis(url) or remove {setting}"
+            ),
+            BuildError::SettingWithRateLimit { setting } => write!(
+                f,
+                "GuardBuilder::{setting} configures the store the guard builds, but GuardBuilder::rate_limit \
+                 gives a limiter of its own: configure that limiter instead, or replace rate_limit with quota"
+            ),
+            #[cfg(feature = "redis")]
+            BuildError::RedisUrl(e) => e.fmt(f),
+            #[cfg(feature = "redis")]
+            BuildError::Redis(e) => e.fmt(f),
+            BuildError::Store(e) => e.fmt(f),
+            BuildError::Concurrency(e) => e.fmt(f),
+        }
+    }
+}
+
+impl std::error::Error for BuildError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            #[cfg(feature = "redis")]
+            BuildError::RedisUrl(e) => Some(e),
+            #[cfg(feature = "redis")]
+            BuildError::Redis(e) => Some(e),
+            BuildError::Store(e) => Some(e),
+            BuildError::Concurrency(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
+/// The guard has no inbound quota: configure one with
+/// [`GuardBuilder::quota`](super::GuardBuilder::quota) or
+/// [`GuardBuilder::rate_limit`](super::GuardBuilder::rate_limit).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NoRateLimit;
+
+impl fmt::Display for NoRateLimit {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(
+            "this Guard has no inbound quota: configure one with GuardBuilder::quota or GuardBuilder::rate_limit",
+        )
+    }
+}
+
+impl std::error::Error for NoRateLimit {}
+
+/// Why [`Guard::admit`](super::Guard::admit) returned no decision.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum AdmitError {
+    /// The guard has no inbound quota (see [`NoRateLimit`]).
+    NoRateLimit,
+    /// The rate limit returned no decision: see [`CheckError`].
+    Check(CheckError),
+}
+
+impl fmt::Display for AdmitError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            AdmitError::NoRateLimit => NoRateLimit.fmt(f),
+            AdmitError::Check(e) => e.fmt(f),
+        }
+    }
+}
+
+impl std::error::Error for AdmitError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            AdmitError::NoRateLimit => None,
+            AdmitError::Check(e) => Some(e),
+        }
+    }
+}

@@ -1,0 +1,103 @@
+//! The tower layers a [`Guard`] hands out (feature `tower`): the inbound quota for `http`
+//! services, and for outbound clients the concurrency limit and the retry policy.
+
+use tower::retry::RetryLayer;
+
+use super::error::NoRateLimit;
+use super::guard::Guard;
+use crate::backoff::HttpRetryPolicy;
+use crate::backoff::tower::HttpRetry;
+use crate::gcra::SeparateLimits;
+use crate::gcra::layer::QuotaLayer;
+use crate::vegas::layer::AdaptiveConcurrencyLayer;
+
+impl Guard {
+    /// The inbound quota as a tower layer for `http` services (an axum `Router`, a hyper
+    /// service): requests are limited per the key `key` picks (see
+    /// [`KeyExtractor`](crate::gcra::layer::KeyExtractor)), answered `429 Too Many Requests`
+    /// with `Retry-After` over quota, and every answer carries the IETF `RateLimit-Policy` and
+    /// `RateLimit` fields (see [`QuotaLayer`]). Feature `tower`.
+    ///
+    /// # Errors
+    /// [`NoRateLimit`] when the guard has no quota.
+    ///
+    /// ```
+    /// use flowguard::gcra::Quota;
+    /// use flowguard::Guard;
+    /// use http::{Request, Response, StatusCode};
+    /// use tower::{ServiceBuilder, ServiceExt};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+    /// let guard = Guard::builder().quota(Quota::per_minute(1)?).build().await?;
+    /// let api_key = |req: &Request<String>| {
+    ///     req.headers().get("x-api-key").map(|v| v.as_bytes().to_vec())
+    /// };
+    /// let service = ServiceBuilder::new()
+    ///     .layer(guard.inbound_layer(api_key)?)
+    ///     .service_fn(|_: Request<String>| async {
+    ///         Ok::<_, std::convert::Infallible>(Response::new(String::from("hi")))
+    ///     });
+    /// let request = || Request::builder().header("x-api-key", "k1").body(String::new()).unwrap();
+    /// assert_eq!(service.clone().oneshot(request()).await?.status(), StatusCode::OK);
+    /// let denied = service.oneshot(request()).await?;
+    /// assert_eq!(denied.status(), StatusCode::TOO_MANY_REQUESTS);
+    /// assert_eq!(denied.headers()["retry-after"], "60");
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn inbound_layer<K>(&self, key: K) -> Result<QuotaLayer<SeparateLimits, K>, NoRateLimit> {
+        let store = self.admission.clone().ok_or(NoRateLimit)?;
+        Ok(QuotaLayer::new(store, key))
+    }
+
+    /// The outbound concurrency limit as a tower layer: each call holds a permit of the guard's
+    /// [`concurrency`](Self::concurrency) limiter, waiting up to the guard's
+    /// [`acquire_timeout`](Self::acquire_timeout) for one before it is shed with
+    /// [`Shed`](crate::vegas::Shed), and its outcome feeds the limit
+    /// ([`HttpClassifier`](crate::vegas::HttpClassifier): 429, 503, 504, timeouts and
+    /// connection errors are drops). Works over any service with `http` or `reqwest` responses
+    /// (a `reqwest::Client` is one). See [`AdaptiveConcurrencyLayer`]. Feature `tower`.
+    ///
+    /// With retries, put [`retry_layer`](Self::retry_layer) outside it, so that each attempt
+    /// holds its own permit and none is held while waiting to retry:
+    ///
+    /// ```
+    /// use flowguard::backoff::{BoxError, RetryPolicy};
+    /// use flowguard::Guard;
+    /// use tower::{ServiceBuilder, ServiceExt, service_fn};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), BoxError> {
+    /// let guard = Guard::builder()
+    ///     .retry(RetryPolicy::builder().max_attempts(3).build()?)
+    ///     .build()
+    ///     .await?;
+    /// let client = ServiceBuilder::new()
+    ///     .layer(guard.retry_layer())
+    ///     .layer(guard.outbound_layer())
+    ///     .service(service_fn(|request: http::Request<String>| async move {
+    ///         // The transport goes here (hyper, reqwest, ...).
+    ///         Ok::<_, BoxError>(http::Response::new(request.into_body()))
+    ///     }));
+    /// let response = client.oneshot(http::Request::new("ping".to_owned())).await?;
+    /// assert_eq!(response.body(), "ping");
+    /// assert_eq!(guard.concurrency().in_flight(), 0);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn outbound_layer(&self) -> AdaptiveConcurrencyLayer {
+        self.outbound.clone()
+    }
+
+    /// The guard's retry policy (a single attempt without one) as a tower retry layer for `http`
+    /// requests, with the default HTTP rules of [`HttpRetryPolicy`]: `429` and `503` and
+    /// transient transport errors are retried, never before the server's `Retry-After`, only
+    /// for idempotent requests. See [`HttpRetry`] for request bodies that can be copied. Place
+    /// it outside [`outbound_layer`](Self::outbound_layer). Feature `tower`.
+    pub fn retry_layer(&self) -> RetryLayer<HttpRetry> {
+        RetryLayer::new(HttpRetry::new(HttpRetryPolicy::new(
+            self.retry_policy().clone(),
+        )))
+    }
+}

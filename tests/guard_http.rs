@@ -1,0 +1,180 @@
+//! End to end on loopback, set up as `examples/axum_server.rs` and `examples/reqwest_client.rs`
+//! are: an axum server limited by a `Guard`'s inbound layer (per API key, else per peer address,
+//! a JSON 429), called by the reqwest client of another `Guard` (retries, concurrency permits).
+#![cfg(all(feature = "axum", feature = "reqwest"))]
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::{ConnectInfo, Request};
+use axum::http::{StatusCode, header};
+use axum::middleware::map_response;
+use axum::response::Response;
+use axum::routing::get;
+use flowguard::Guard;
+use flowguard::backoff::reqwest::Attempts;
+use flowguard::backoff::{BackoffBounds, BackoffStrategy, RetryPolicy};
+use flowguard::gcra::Quota;
+use flowguard::vegas::{Fixed, Limiter, Shed};
+use tokio::sync::Notify;
+use tokio::time::Instant;
+
+/// When each request reached the server.
+type Arrivals = Arc<Mutex<Vec<Instant>>>;
+
+/// Serves `GET /api` (and `GET /slow`, which answers once `release` is notified) behind a quota
+/// of `quota` per API key, else per peer address; answers the server's address.
+async fn serve(quota: Quota, arrivals: Arrivals, release: Arc<Notify>) -> SocketAddr {
+    let guard = Guard::builder().quota(quota).build().await.unwrap();
+    let key = move |request: &Request| {
+        arrivals.lock().unwrap().push(Instant::now());
+        if let Some(api_key) = request.headers().get("x-api-key") {
+            return Some([b"key:", api_key.as_bytes()].concat());
+        }
+        let ConnectInfo(peer) = request.extensions().get::<ConnectInfo<SocketAddr>>()?;
+        Some(format!("ip:{}", peer.ip()).into_bytes())
+    };
+    let app = Router::new()
+        .route("/api", get(|| async { "hello" }))
+        .route(
+            "/slow",
+            get(move || async move { release.notified().await }),
+        )
+        .layer(guard.inbound_layer(key).unwrap())
+        .layer(map_response(|response: Response| async move {
+            if response.status() != StatusCode::TOO_MANY_REQUESTS {
+                return response;
+            }
+            let (mut parts, _) = response.into_parts();
+            let json = header::HeaderValue::from_static("application/json");
+            parts.headers.insert(header::CONTENT_TYPE, json);
+            Response::from_parts(parts, r#"{"error":"rate_limited"}"#.into())
+        }));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    let app = app.into_make_service_with_connect_info::<SocketAddr>();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    address
+}
+
+fn no_arrivals() -> Arrivals {
+    Arc::new(Mutex::new(Vec::new()))
+}
+
+#[tokio::test]
+async fn allowed_and_denied_answers_carry_the_ietf_fields_and_the_429_a_json_body() {
+    let quota = Quota::per_minute(1).unwrap();
+    let server = serve(quota, no_arrivals(), Arc::default()).await;
+    let url = format!("http://{server}/api");
+    let http = reqwest::Client::new();
+    let get = || http.get(&url).header("x-api-key", "k1").send();
+
+    let allowed = get().await.unwrap();
+    assert_eq!(allowed.status(), StatusCode::OK);
+    assert_eq!(
+        allowed.headers()["ratelimit-policy"],
+        r#""default";q=1;w=60"#
+    );
+    assert_eq!(allowed.headers()["ratelimit"], r#""default";r=0;t=60"#);
+
+    let denied = get().await.unwrap();
+    assert_eq!(denied.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(denied.headers()["retry-after"], "60");
+    assert_eq!(denied.headers()["ratelimit"], r#""default";r=0;t=60"#);
+    assert_eq!(denied.headers()["content-type"], "application/json");
+    assert_eq!(denied.text().await.unwrap(), r#"{"error":"rate_limited"}"#);
+}
+
+#[tokio::test]
+async fn keys_never_share_and_requests_without_a_key_are_limited_by_their_address() {
+    let quota = Quota::per_minute(1).unwrap();
+    let server = serve(quota, no_arrivals(), Arc::default()).await;
+    let url = format!("http://{server}/api");
+    let http = reqwest::Client::new();
+    let status = |key: Option<&'static str>| {
+        let request = http.get(&url);
+        let request = match key {
+            Some(key) => request.header("x-api-key", key),
+            None => request,
+        };
+        async move { request.send().await.unwrap().status() }
+    };
+    assert_eq!(status(Some("a")).await, StatusCode::OK);
+    assert_eq!(status(Some("a")).await, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(status(Some("b")).await, StatusCode::OK);
+    // No key: the address's quota, apart from every key's.
+    assert_eq!(status(None).await, StatusCode::OK);
+    assert_eq!(status(None).await, StatusCode::TOO_MANY_REQUESTS);
+}
+
+#[tokio::test]
+async fn the_guards_client_retries_a_429_no_earlier_than_retry_after() {
+    let arrivals = no_arrivals();
+    // One request per 2 s: the second call comes well within them, however slow the machine.
+    let quota = Quota::new(1, Duration::from_secs(2)).unwrap();
+    let server = serve(quota, arrivals.clone(), Arc::default()).await;
+    let bounds = BackoffBounds::new(Duration::from_millis(10), Duration::from_millis(20)).unwrap();
+    let retry = RetryPolicy::builder()
+        .backoff(BackoffStrategy::Decorrelated(bounds))
+        .max_attempts(3)
+        .build()
+        .unwrap();
+    let guard = Guard::builder().retry(retry).build().await.unwrap();
+    let client = guard.reqwest_client(reqwest::Client::new());
+    let url = format!("http://{server}/api");
+    let get = || client.get(&url).header("x-api-key", "k1").send();
+
+    let first = get().await.unwrap();
+    assert_eq!(first.status(), StatusCode::OK);
+    assert_eq!(first.extensions().get::<Attempts>().unwrap().count, 1);
+
+    // Denied (Retry-After: 2, or 1 if the machine paused), then retried no earlier.
+    let second = get().await.unwrap();
+    assert_eq!(second.status(), StatusCode::OK);
+    let attempts = *second.extensions().get::<Attempts>().unwrap();
+    assert_eq!(attempts.count, 2);
+    assert!(attempts.waited >= Duration::from_secs(1), "{attempts:?}");
+    let arrivals = arrivals.lock().unwrap().clone();
+    assert_eq!(arrivals.len(), 3);
+    assert!(
+        arrivals[2] - arrivals[1] >= Duration::from_secs(1),
+        "{arrivals:?}"
+    );
+    assert_eq!(guard.concurrency().in_flight(), 0);
+}
+
+#[tokio::test]
+async fn a_call_without_a_free_permit_is_shed_unsent() {
+    let arrivals = no_arrivals();
+    let release = Arc::new(Notify::new());
+    let quota = Quota::per_second(100).unwrap();
+    let server = serve(quota, arrivals.clone(), release.clone()).await;
+    let guard = Guard::builder()
+        .concurrency(Limiter::builder(Fixed::new(1).unwrap()).build().unwrap())
+        .acquire_timeout(Duration::ZERO)
+        .build()
+        .await
+        .unwrap();
+    let client = guard.reqwest_client(reqwest::Client::new());
+    let url = format!("http://{server}/slow");
+
+    let first = tokio::spawn({
+        let (client, url) = (client.clone(), url.clone());
+        async move { client.get(&url).send().await.map(|r| r.status()) }
+    });
+    while arrivals.lock().unwrap().is_empty() {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    let error = client.get(&url).send().await.unwrap_err();
+    let reqwest_middleware::Error::Middleware(error) = error else {
+        panic!("not a middleware error: {error:?}")
+    };
+    assert!(error.downcast_ref::<Shed>().is_some(), "{error}");
+    assert_eq!(arrivals.lock().unwrap().len(), 1, "the shed call was sent");
+
+    release.notify_one();
+    assert_eq!(first.await.unwrap().unwrap(), StatusCode::OK);
+    assert_eq!(guard.concurrency().in_flight(), 0);
+}
