@@ -78,7 +78,7 @@ impl TatCell for WholeTat {
         WholeTat(AtomicU64::new(tat.whole))
     }
 
-    #[inline]
+    #[inline(always)]
     fn spend_within(&self, gcra: &Gcra, now: u64, cost: u32) -> Decision {
         compare_and_swap(
             self.0.load(Ordering::Acquire),
@@ -175,7 +175,7 @@ impl TatState {
     }
 
     /// [`TatCell::spend`] on whichever cell this is.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn spend(&self, gcra: &Gcra, now: u64, cost: u32) -> Result<Decision, GcraError> {
         // The cost is checked once, before the dispatch, so both arms are plain decisions: a
         // caller that only reads `allowed` pays nothing for the fields it ignores, and the wider
