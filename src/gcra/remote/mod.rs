@@ -13,12 +13,15 @@
 //!   nothing: atomic in one round trip when the store can decide the keys together
 //!   ([`RemoteStore::decide_all`]), peeked then spent otherwise; each quota's failure policy
 //!   answers when the store does not.
+//! * [`RemoteLimitSet`]: remote limiters as a [`LimitSet`](crate::gcra::LimitSet), so that the
+//!   inbound layer decides a request's quotas in Redis with `check_all`.
 //! * [`StoreError`] with its reasons [`Unavailable`] (temporary: the failure policy answers) and
 //!   [`Rejection`] (a fault of the deployment), plus a key holding something else
 //!   ([`StoreError::WrongType`], [`StoreError::CorruptState`]).
 
 mod all;
 mod circuit;
+mod limit_set;
 mod limiter;
 mod outage_log;
 mod policy;
@@ -27,6 +30,7 @@ mod store;
 pub use super::check::{Rejection, StoreError, Unavailable};
 pub use all::QuotaCheck;
 pub use circuit::Circuit;
+pub use limit_set::RemoteLimitSet;
 pub use limiter::{RemoteRateLimiter, RemoteRateLimiterBuilder};
 pub use outage_log::DEGRADED_METRIC;
 pub use policy::FailurePolicy;
