@@ -338,7 +338,7 @@ fn main() {
         }
     }
     const ROUNDS: usize = 21;
-    let filter = std::env::args().skip(1).find(|a| !a.starts_with('-'));
+    let filter = support::filter();
     let wants = |group: &str| {
         filter
             .as_deref()

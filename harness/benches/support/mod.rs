@@ -68,3 +68,31 @@ pub fn paired_medians(rounds: usize, mut time: impl FnMut(usize) -> f64) -> [f64
         column[column.len() / 2]
     })
 }
+
+/// The benchmark filter given on the command line (criterion's positional argument), skipping
+/// the values of criterion's options that take one (`--output-format bencher` is no filter).
+pub fn filter() -> Option<String> {
+    const TAKES_VALUE: [&str; 12] = [
+        "--output-format",
+        "--warm-up-time",
+        "--measurement-time",
+        "--sample-size",
+        "--save-baseline",
+        "--baseline",
+        "--baseline-lenient",
+        "--load-baseline",
+        "--color",
+        "--noise-threshold",
+        "--significance-level",
+        "--confidence-level",
+    ];
+    let mut args = std::env::args().skip(1);
+    while let Some(arg) = args.next() {
+        if TAKES_VALUE.contains(&arg.as_str()) {
+            args.next();
+        } else if !arg.starts_with('-') {
+            return Some(arg);
+        }
+    }
+    None
+}
