@@ -7,7 +7,7 @@ use flowguard::gcra::{Degradation, GcraError, KeyedRateLimiter, Overflow, Quota}
 
 #[test]
 fn a_million_distinct_keys_do_not_grow_memory_without_bound() {
-    // An attacker sends a million distinct keys, one per microsecond; each key's TAT is 1 s ahead.
+    // An attacker sends a million distinct keys, one every 50 us; each key's TAT is 1 s ahead.
     let clock = ManualClock::new();
     let max_keys = 50_000;
     let limiter = KeyedRateLimiter::<u64>::builder(Quota::per_second(1).unwrap())
@@ -17,7 +17,7 @@ fn a_million_distinct_keys_do_not_grow_memory_without_bound() {
         .unwrap();
     let mut rejected = 0u64;
     for key in 0..1_000_000u64 {
-        clock.advance(Duration::from_micros(25));
+        clock.advance(Duration::from_micros(50));
         match limiter.check_key(&key) {
             Ok(d) => assert!(d.allowed),
             Err(GcraError::KeyLimitReached { max_keys: m }) => {
@@ -34,13 +34,17 @@ fn a_million_distinct_keys_do_not_grow_memory_without_bound() {
             );
         }
     }
-    // 1 s of keys at 25 us is 40,000 live keys at any time, 80% of the bound. Expired keys are
-    // swept as new ones arrive, so (almost) nothing is rejected.
+    // 1 s of keys at 50 us is 20,000 live keys at any time. An expired key is gone within
+    // 2 * max_keys / 7 + 64 = 14,349 new keys (the table's documented bound, whatever the hash
+    // seed), so at most about 34,350 keys are held: 417 live and about 300 expired in each of
+    // the 48 shards of 1,041, far from full whatever the seed spreads. (At 25 us, 40,000 live
+    // keys plus that many expired ones pass the bound, and whether any key is rejected then
+    // depends on the seed.)
     eprintln!("rejected {rejected}, len {}", limiter.len());
     assert!(limiter.len() <= max_keys);
-    assert!(
-        rejected < 1_000,
-        "rejected {rejected} of 1M keys although most had expired"
+    assert_eq!(
+        rejected, 0,
+        "rejected {rejected} of 1M keys although expired keys are reclaimed"
     );
 }
 
