@@ -69,6 +69,7 @@ pub fn paired_medians(rounds: usize, mut time: impl FnMut(usize) -> f64) -> [f64
     })
 }
 
+#[allow(dead_code)] // used by the benches that filter their own paired rounds
 /// The benchmark filter given on the command line (criterion's positional argument), skipping
 /// the values of criterion's options that take one (`--output-format bencher` is no filter).
 pub fn filter() -> Option<String> {
