@@ -57,6 +57,8 @@ impl<S: RemoteStore> RemoteRateLimiter<S> {
     /// if every check is allowed.
     ///
     /// ```no_run
+    /// # #[cfg(feature = "redis")]
+    /// # mod example {
     /// use flowguard::gcra::Quota;
     /// use flowguard::gcra::redis::RedisStore;
     /// use flowguard::gcra::remote::{QuotaCheck, RemoteRateLimiter};
@@ -81,6 +83,7 @@ impl<S: RemoteStore> RemoteRateLimiter<S> {
     ///     // 429: nothing was spent; the denied decisions carry `retry_after`.
     /// }
     /// # Ok(()) }
+    /// # }
     /// ```
     pub async fn check_all(checks: &[QuotaCheck<'_, S>]) -> Result<Vec<Decision>, CheckError> {
         let Some(first) = checks.first() else {

@@ -24,6 +24,8 @@ use crate::gcra::{
 /// [`Decision::degraded`]. Cheap to clone (clones share the store and the local fallback).
 ///
 /// ```no_run
+/// # #[cfg(feature = "redis")]
+/// # mod example {
 /// use flowguard::gcra::Quota;
 /// use flowguard::gcra::redis::RedisStore;
 /// use flowguard::gcra::remote::{FailurePolicy, RemoteRateLimiter};
@@ -37,6 +39,7 @@ use crate::gcra::{
 /// assert!(d.allowed && d.degraded.is_none());
 /// assert_eq!(d.remaining, 7);
 /// # Ok(()) }
+/// # }
 /// ```
 pub struct RemoteRateLimiter<S> {
     inner: Arc<Inner<S>>,
