@@ -61,24 +61,7 @@ impl Groups {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn two_masters() -> SlotMap {
-        let node = |port| {
-            ::redis::Value::Array(vec![
-                ::redis::Value::BulkString(b"127.0.0.1".to_vec()),
-                ::redis::Value::Int(port),
-            ])
-        };
-        let range = |start, end, port| {
-            ::redis::Value::Array(vec![
-                ::redis::Value::Int(start),
-                ::redis::Value::Int(end),
-                node(port),
-            ])
-        };
-        let reply = ::redis::Value::Array(vec![range(0, 8191, 7000), range(8192, 16383, 7001)]);
-        SlotMap::parse(&reply, "127.0.0.1").unwrap()
-    }
+    use crate::gcra::redis::slot::tests::two_masters;
 
     #[test]
     fn cluster_groups_are_masters() {

@@ -191,8 +191,18 @@ fn parse_node(value: &Value, queried_host: &str) -> Option<Node> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
+
+    /// Two masters on 127.0.0.1, 7000 serving slots 0-8191 and 7001 slots 8192-16383: the map
+    /// the grouping tests of the store decide against.
+    pub(crate) fn two_masters() -> SlotMap {
+        let reply = Value::Array(vec![
+            range(0, 8191, vec![node("127.0.0.1", 7000)]),
+            range(8192, 16383, vec![node("127.0.0.1", 7001)]),
+        ]);
+        SlotMap::parse(&reply, "127.0.0.1").unwrap()
+    }
 
     fn node(host: &str, port: i64) -> Value {
         Value::Array(vec![
