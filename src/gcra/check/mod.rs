@@ -23,7 +23,7 @@ pub use future::{CheckFuture, SetFuture};
 pub use memory_set::{MemoryLimitSet, MemoryLimitSetBuilder};
 pub use separate::SeparateLimits;
 #[allow(unused_imports)] // for the sets of shared stores
-pub(crate) use set::validate;
+pub(crate) use set::answer_alone;
 pub use set::{Demand, LimitSet, LimitSpec};
 pub use set_error::SetError;
 

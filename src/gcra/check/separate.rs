@@ -3,9 +3,8 @@
 
 use super::KeyedLimit;
 use super::decisions::Decisions;
-use super::error::CheckError;
 use super::future::SetFuture;
-use super::set::{Demand, LimitSet, validate};
+use super::set::{Demand, LimitSet, answer_alone};
 use super::set_error::SetError;
 use crate::gcra::{Decision, Quota};
 use std::sync::Arc;
@@ -94,16 +93,8 @@ impl LimitSet for SeparateLimits {
     }
 
     fn check_all(&self, demands: &[Demand<'_>]) -> SetFuture {
-        let burst = |l: usize| self.limits.get(l).map(|l| l.quota().burst());
-        if let Err(e) = validate(demands, burst, self.limits.len()) {
-            return SetFuture::ready(Err(e));
-        }
-        if let [demand] = demands {
-            let check = self.limits[demand.limit].check(demand.key, demand.cost);
-            return match check.into_ready() {
-                Ok(answer) => SetFuture::ready(one(answer)),
-                Err(pending) => SetFuture::new(async move { one(pending.await) }),
-            };
+        if let Some(answer) = answer_alone(&self.limits, demands) {
+            return answer;
         }
         let owned: Vec<Owned> = demands
             .iter()
@@ -124,12 +115,6 @@ struct Owned {
     index: usize,
     key: Vec<u8>,
     cost: u32,
-}
-
-fn one(answer: Result<Decision, CheckError>) -> Result<Decisions, SetError> {
-    answer
-        .map(Decisions::one)
-        .map_err(|error| SetError::Check { demand: 0, error })
 }
 
 async fn peek_then_spend(demands: &[Owned]) -> Result<Decisions, SetError> {

@@ -1,9 +1,11 @@
 //! [`LimitSet`]: several keyed limits deciding a request's demands all or nothing.
 
+use super::KeyedLimit;
+use super::decisions::Decisions;
 use super::error::CheckError;
 use super::future::SetFuture;
 use super::set_error::SetError;
-use crate::gcra::{GcraError, Quota};
+use crate::gcra::{Decision, GcraError, Quota};
 
 /// One demand of a joint check: `cost` tokens of limit number `limit` of the set, for `key`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -136,4 +138,33 @@ pub(crate) fn validate(
         }
     }
     Ok(())
+}
+
+/// The start of `check_all` for a set of [`KeyedLimit`]s (limit `i` is `limits[i]`): `Some` with
+/// the answer when it needs no joint decision (demands that do not validate, or a lone demand,
+/// which its limit's own check decides, ready at once when the check is), `None` when the set
+/// must decide two or more demands together.
+pub(crate) fn answer_alone<L: KeyedLimit>(
+    limits: &[L],
+    demands: &[Demand<'_>],
+) -> Option<SetFuture> {
+    let burst = |l: usize| limits.get(l).map(|l| l.quota().burst());
+    if let Err(e) = validate(demands, burst, limits.len()) {
+        return Some(SetFuture::ready(Err(e)));
+    }
+    let [demand] = demands else {
+        return None;
+    };
+    let check = limits[demand.limit].check(demand.key, demand.cost);
+    Some(match check.into_ready() {
+        Ok(answer) => SetFuture::ready(alone(answer)),
+        Err(pending) => SetFuture::new(async move { alone(pending.await) }),
+    })
+}
+
+/// A lone demand's answer as the set's.
+fn alone(answer: Result<Decision, CheckError>) -> Result<Decisions, SetError> {
+    answer
+        .map(Decisions::one)
+        .map_err(|error| SetError::Check { demand: 0, error })
 }

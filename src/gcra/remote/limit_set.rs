@@ -6,7 +6,7 @@ use std::sync::Arc;
 use super::all::QuotaCheck;
 use super::limiter::RemoteRateLimiter;
 use super::store::RemoteStore;
-use crate::gcra::check::validate;
+use crate::gcra::check::answer_alone;
 use crate::gcra::{
     CheckError, Decisions, Demand, KeyedLimit, LimitSet, Quota, SetError, SetFuture,
 };
@@ -105,13 +105,8 @@ impl<S: RemoteStore> LimitSet for RemoteLimitSet<S> {
     /// Errors of the call as a whole (a key holding something else, a refused call) are reported
     /// against the first demand: the store does not say which key it was.
     fn check_all(&self, demands: &[Demand<'_>]) -> SetFuture {
-        let burst = |l: usize| self.limits.get(l).map(|l| l.quota().burst());
-        if let Err(e) = validate(demands, burst, self.limits.len()) {
-            return SetFuture::ready(Err(e));
-        }
-        if let [demand] = demands {
-            let check = self.limits[demand.limit].check(demand.key, demand.cost);
-            return SetFuture::new(async move { check.await.map(Decisions::one).map_err(first) });
+        if let Some(answer) = answer_alone(&self.limits, demands) {
+            return answer;
         }
         let limits = Arc::clone(&self.limits);
         let owned: Vec<(usize, Vec<u8>, u32)> = demands
