@@ -14,8 +14,9 @@
 //!   ([`QuotaLayerBuilder::tier`]), kept in one [`LimitSet`](crate::gcra::LimitSet): in memory
 //!   by default ([`MemoryLimitSet`](crate::gcra::MemoryLimitSet), atomic), or any other
 //!   ([`QuotaLayerBuilder::build_with`]); [`QuotaLayer::new`] wraps one existing keyed limiter.
-//! * Answers: [`Refusal`] and [`RefusalResponse`] ([`JsonRefusal`] by default); shadow mode
-//!   ([`QuotaLayer::shadow`]) decides and reports without refusing.
+//! * Answers: [`Refusal`] and [`RefusalResponse`] ([`JsonRefusal`] by default, [`GrpcRefusal`]
+//!   for gRPC servers such as tonic); shadow mode ([`QuotaLayer::shadow`]) decides and reports
+//!   without refusing.
 //!
 //! In axum (`Router::layer`, or `route_layer` for matched routes only):
 //!
@@ -75,6 +76,7 @@ mod builder;
 mod client_ip;
 mod config;
 mod future;
+mod grpc;
 mod key;
 #[allow(clippy::module_inception)]
 mod layer;
@@ -86,6 +88,7 @@ mod service;
 pub use builder::{BuildError, QuotaLayerBuilder};
 pub use client_ip::{ForwardedKey, PeerIpKey, XForwardedForKey};
 pub use future::ResponseFuture;
+pub use grpc::GrpcRefusal;
 pub use key::{GlobalKey, HeaderKey, KeyExtractor, RequestKey, WithCost, WithTier};
 pub use layer::QuotaLayer;
 pub use policy::{MissingKey, Policy, Scope};
