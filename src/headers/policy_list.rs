@@ -1,7 +1,10 @@
 //! [`PolicyList`]: every policy a server applies to a request, written as one `RateLimit-Policy`
 //! field line.
 
+use std::collections::BTreeSet;
 use std::time::Duration;
+
+use parking_lot::Mutex;
 
 use http::{HeaderMap, HeaderValue};
 
@@ -14,7 +17,10 @@ use super::structured::MAX_INTEGER;
 use super::style::HeaderStyle;
 
 /// The policies that apply to a request together (several quotas per request), with their
-/// `RateLimit-Policy` field line built once, so that writing them costs a reference count.
+/// `RateLimit-Policy` field line built once, so that writing them costs a copy of a pointer.
+///
+/// The field line is kept for the life of the process, once per distinct line (lists of the same
+/// policies share it): a server builds a few lists at start-up and writes them on every response.
 ///
 /// ```
 /// use flowguard::headers::{HeaderStyle, PolicyList, PolicyName, QuotaPolicy, ServiceLimit};
@@ -55,8 +61,18 @@ impl PolicyList {
             }
             line.extend_from_slice(policy.to_field_value().as_bytes());
         }
-        // Each member is a valid field value, and so is their list.
-        let field = HeaderValue::from_bytes(&line).unwrap_or_else(|_| HeaderValue::from_static(""));
+        // Each member is visible ASCII (names are printable ASCII), and so is their list: a
+        // value `from_static` takes (checked, so that it cannot panic).
+        let field = match String::from_utf8(line) {
+            Ok(line)
+                if line
+                    .bytes()
+                    .all(|b| b == b'\t' || (0x20..0x7f).contains(&b)) =>
+            {
+                HeaderValue::from_static(intern(line))
+            }
+            _ => HeaderValue::from_static(""),
+        };
         let members = policies
             .iter()
             .map(|p| {
@@ -131,19 +147,12 @@ impl PolicyList {
         remaining: u32,
         reset: Duration,
     ) {
-        let (Some(policy), Some(member)) =
-            (self.policies.get(deciding), self.members.get(deciding))
-        else {
+        let Some(policy) = self.policies.get(deciding) else {
             return;
         };
         if style == HeaderStyle::Ietf {
-            let mut value = Vec::with_capacity(member.len() + 24);
-            value.extend_from_slice(member);
-            push_decimal(&mut value, u64::from(remaining));
-            value.extend_from_slice(b";t=");
-            push_decimal(&mut value, ceil_secs(reset).min(MAX_INTEGER));
             headers.append(RATELIMIT_POLICY, self.field.clone());
-            if let Ok(value) = HeaderValue::try_from(value) {
+            if let Some(value) = self.limit_value(deciding, remaining, reset) {
                 headers.append(RATELIMIT, value);
             }
             return;
@@ -154,17 +163,68 @@ impl PolicyList {
     }
 }
 
-/// Appends `n` in decimal.
-fn push_decimal(out: &mut Vec<u8>, mut n: u64) {
-    let mut digits = [0u8; 20];
-    let mut i = digits.len();
-    loop {
-        i -= 1;
-        digits[i] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            break;
-        }
+impl PolicyList {
+    /// The `RateLimit` field value of policy `deciding` with `remaining` quota, fully restored in
+    /// `reset` (whole seconds, rounded up): `"name";r=7;t=2`, in one allocation of its exact
+    /// size. `None` for a policy the list does not have.
+    pub(crate) fn limit_value(
+        &self,
+        deciding: usize,
+        remaining: u32,
+        reset: Duration,
+    ) -> Option<HeaderValue> {
+        let member = self.members.get(deciding)?;
+        let remaining = Decimal::new(u64::from(remaining));
+        let reset = Decimal::new(ceil_secs(reset).min(MAX_INTEGER));
+        let mut value = Vec::with_capacity(member.len() + remaining.len() + 3 + reset.len());
+        value.extend_from_slice(member);
+        value.extend_from_slice(remaining.as_bytes());
+        value.extend_from_slice(b";t=");
+        value.extend_from_slice(reset.as_bytes());
+        // Exactly as long as its capacity: the value takes the vector's buffer as it is.
+        HeaderValue::try_from(value).ok()
     }
-    out.extend_from_slice(&digits[i..]);
+}
+
+/// A number's decimal digits, on the stack.
+struct Decimal {
+    digits: [u8; 20],
+    start: usize,
+}
+
+impl Decimal {
+    fn new(mut n: u64) -> Decimal {
+        let mut digits = [0u8; 20];
+        let mut start = digits.len();
+        loop {
+            start -= 1;
+            digits[start] = b'0' + (n % 10) as u8;
+            n /= 10;
+            if n == 0 {
+                break;
+            }
+        }
+        Decimal { digits, start }
+    }
+
+    fn as_bytes(&self) -> &[u8] {
+        &self.digits[self.start..]
+    }
+
+    fn len(&self) -> usize {
+        self.digits.len() - self.start
+    }
+}
+
+/// `line`, kept for the life of the process: one copy per distinct line, however many lists
+/// are built with it.
+fn intern(line: String) -> &'static str {
+    static LINES: Mutex<BTreeSet<&'static str>> = Mutex::new(BTreeSet::new());
+    let mut lines = LINES.lock();
+    if let Some(kept) = lines.get(line.as_str()) {
+        return kept;
+    }
+    let kept: &'static str = Box::leak(line.into_boxed_str());
+    lines.insert(kept);
+    kept
 }

@@ -4,14 +4,16 @@
 use std::cmp::Reverse;
 use std::time::Duration;
 
-use http::{HeaderMap, Response, StatusCode};
+use std::sync::Arc;
+
+use http::{HeaderMap, HeaderValue, Response, StatusCode};
 
 use super::config::{Config, Tier};
 use super::observe::Outcome;
 use super::refusal::{Refusal, RefusalKind, RefusalResponse};
 use crate::gcra::remote::StoreError;
 use crate::gcra::{CheckError, Decision, Decisions, GcraError, SetError};
-use crate::headers::write_retry_after;
+use crate::headers::{HeaderStyle, RATELIMIT, RATELIMIT_POLICY, write_retry_after};
 
 /// What to do with a decided request.
 pub(super) enum Verdict<R> {
@@ -34,15 +36,60 @@ pub(super) struct Fields {
 }
 
 impl Fields {
-    /// Adds the fields to `headers`.
-    pub(super) fn write(&self, config: &Config, headers: &mut HeaderMap) {
-        write_fields(
-            config,
-            &config.tiers[self.tier],
-            self.deciding,
-            Some(&self.decision),
-            headers,
-        );
+    /// The fields made ready to write once the service answers: in the IETF style (the default)
+    /// the two field values themselves, so that the response future keeps nothing shared;
+    /// otherwise the decision and the configuration, since the legacy fields depend on what the
+    /// response already carries.
+    pub(super) fn prepare(self, config: &Arc<Config>) -> Prepared {
+        let tier = &config.tiers[self.tier];
+        match config.style {
+            HeaderStyle::Ietf => Prepared::Ietf {
+                policy: tier.list.field_value().clone(),
+                limit: match self.decision.degraded {
+                    None => tier.list.limit_value(
+                        self.deciding,
+                        self.decision.remaining,
+                        self.decision.reset_after,
+                    ),
+                    // Degraded: the numbers are not the shared state's, so none are advertised.
+                    Some(_) => None,
+                },
+            },
+            _ => Prepared::Styled(self, config.clone()),
+        }
+    }
+}
+
+/// The rate-limit fields of a passed request, ready for its response.
+#[derive(Debug)]
+pub(super) enum Prepared {
+    /// `RateLimit-Policy`, and `RateLimit` when the numbers are known.
+    Ietf {
+        policy: HeaderValue,
+        limit: Option<HeaderValue>,
+    },
+    /// Written from the decision in the configured style.
+    Styled(Fields, Arc<Config>),
+}
+
+impl Prepared {
+    /// Adds the fields to `headers`, keeping those already there (stacked layers).
+    pub(super) fn write(self, headers: &mut HeaderMap) {
+        match self {
+            Prepared::Ietf { policy, limit } => {
+                headers.append(RATELIMIT_POLICY, policy);
+                if let Some(limit) = limit {
+                    headers.append(RATELIMIT, limit);
+                }
+            }
+            Prepared::Styled(fields, config) => write_fields(
+                &config,
+                &config.tiers[fields.tier],
+                fields.deciding,
+                Some(&fields.decision),
+                headers,
+            ),
+        }
     }
 }
 

@@ -9,7 +9,7 @@ use http::{Request, Response};
 use pin_project_lite::pin_project;
 use tower::Service;
 
-use super::answer::{self, Fields, Verdict};
+use super::answer::{self, Prepared, Verdict};
 use super::config::Config;
 use super::refusal::RefusalResponse;
 use crate::gcra::SetFuture;
@@ -42,7 +42,7 @@ pin_project! {
         Calling {
             #[pin]
             future: S::Future,
-            fields: Option<(Fields, Arc<Config>)>,
+            fields: Option<Prepared>,
         },
         /// The layer answered; `None` once taken.
         Done {
@@ -71,12 +71,9 @@ impl<S, B, H> ResponseFuture<S, B, H>
 where
     S: Service<Request<B>>,
 {
-    pub(super) fn calling(future: S::Future, fields: Option<Fields>, config: &Arc<Config>) -> Self {
+    pub(super) fn calling(future: S::Future, fields: Option<Prepared>) -> Self {
         ResponseFuture {
-            state: State::Calling {
-                future,
-                fields: fields.map(|f| (f, config.clone())),
-            },
+            state: State::Calling { future, fields },
         }
     }
 
@@ -144,11 +141,9 @@ where
                             if let Some(decision) = decision {
                                 w.request.extensions_mut().insert(decision);
                             }
+                            let fields = fields.map(|f| f.prepare(&w.config));
                             let future = w.inner.call(w.request);
-                            state.set(State::Calling {
-                                future,
-                                fields: fields.map(|f| (f, w.config)),
-                            });
+                            state.set(State::Calling { future, fields });
                         }
                         Verdict::Refuse(response) => {
                             state.set(State::Done { response: None });
@@ -158,8 +153,8 @@ where
                 }
                 StateProj::Calling { future, fields } => {
                     let mut response = ready!(future.poll(cx))?;
-                    if let Some((fields, config)) = fields.take() {
-                        fields.write(&config, response.headers_mut());
+                    if let Some(fields) = fields.take() {
+                        fields.write(response.headers_mut());
                     }
                     return Poll::Ready(Ok(response));
                 }

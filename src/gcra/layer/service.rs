@@ -102,7 +102,7 @@ where
                 MissingKey::Anonymous => ANONYMOUS_KEY,
                 MissingKey::Bypass => {
                     drop(key);
-                    return ResponseFuture::calling(self.inner.call(req), None, &self.config);
+                    return ResponseFuture::calling(self.inner.call(req), None);
                 }
                 MissingKey::Reject(status) => {
                     tracing::debug!(%status, "request without a rate-limit key refused");
@@ -151,7 +151,8 @@ where
                         if let Some(decision) = decision {
                             req.extensions_mut().insert(decision);
                         }
-                        ResponseFuture::calling(self.inner.call(req), fields, &self.config)
+                        let fields = fields.map(|f| f.prepare(&self.config));
+                        ResponseFuture::calling(self.inner.call(req), fields)
                     }
                     Verdict::Refuse(response) => ResponseFuture::done(response),
                 }
