@@ -169,13 +169,15 @@ impl<K: Hash + Eq, V: Expiring, S: BuildHasher> Table<K, V, S> {
         Q: Eq + ToOwned<Owned = K> + ?Sized,
     {
         // The round-robin sweep first, under its own shard's lock alone (never two locks at once).
-        self.sweep_next(now);
+        // A key it removes lends its memory to the new one (a key that comes back after being
+        // reclaimed costs no allocation).
+        let mut spare = self.sweep_next(now);
         let mut shard = self.shard(hash).write();
         if let Some((_, v)) = shard.table.find(hash, |(k, _)| k.borrow() == key) {
             return Ok(f(v, false));
         }
         if shard.table.len() >= self.shard_capacity {
-            shard.sweep(now, SWEEP_WHEN_FULL);
+            spare = shard.sweep(now, SWEEP_WHEN_FULL).or(spare);
             if shard.table.len() >= self.shard_capacity {
                 return Err(Full);
             }
@@ -183,25 +185,30 @@ impl<K: Hash + Eq, V: Expiring, S: BuildHasher> Table<K, V, S> {
         if shard.table.len() == shard.table.capacity() {
             // No free slot: this insertion may rehash, moving values behind the cursor. Sweep the
             // whole shard first and rehash now, so the next pass starts from a clean table.
-            shard.sweep_all(now);
+            spare = shard.sweep_all(now).or(spare);
             if shard.table.len() == shard.table.capacity() {
                 shard.table.reserve(1, |(k, _)| self.hasher.hash_one(k));
             }
         }
+        let owned = match spare {
+            Some(mut spare) => {
+                key.clone_into(&mut spare);
+                spare
+            }
+            None => key.to_owned(),
+        };
         let entry = shard
             .table
-            .insert_unique(hash, (key.to_owned(), make()), |(k, _)| {
-                self.hasher.hash_one(k)
-            });
+            .insert_unique(hash, (owned, make()), |(k, _)| self.hasher.hash_one(k));
         let (_, v) = entry.get();
         Ok(f(v, true))
     }
 
     /// The incremental sweep paid by one attempt to insert a new key: [`SWEEP_PER_INSERT`]
-    /// buckets of the next shard in round-robin order.
-    fn sweep_next(&self, now: u64) {
+    /// buckets of the next shard in round-robin order. Returns a key it removed, if any.
+    fn sweep_next(&self, now: u64) -> Option<K> {
         let i = self.sweeps.fetch_add(1, Ordering::Relaxed) % self.shards.len();
-        self.shards[i].0.write().sweep(now, SWEEP_PER_INSERT);
+        self.shards[i].0.write().sweep(now, SWEEP_PER_INSERT)
     }
 
     /// Removes every expired value, shard by shard; returns how many. Frees memory of shards that shrank a lot.
@@ -226,12 +233,14 @@ impl<K: Hash + Eq, V: Expiring, S: BuildHasher> Table<K, V, S> {
 }
 
 impl<K, V: Expiring> Shard<K, V> {
-    /// Examines up to `budget` buckets from the cursor, removing expired values.
-    fn sweep(&mut self, now: u64, budget: usize) {
+    /// Examines up to `budget` buckets from the cursor, removing expired values; returns the
+    /// last key removed, for reuse.
+    fn sweep(&mut self, now: u64, budget: usize) -> Option<K> {
         let buckets = self.table.num_buckets();
+        let mut removed = None;
         for _ in 0..budget {
             if self.table.is_empty() {
-                return;
+                break;
             }
             if self.cursor >= buckets {
                 self.cursor = 0;
@@ -239,18 +248,22 @@ impl<K, V: Expiring> Shard<K, V> {
             if let Ok(entry) = self.table.get_bucket_entry(self.cursor)
                 && entry.get().1.is_expired(now)
             {
-                entry.remove();
+                let ((key, _), _) = entry.remove();
+                removed = Some(key);
             }
             self.cursor += 1;
         }
+        removed
     }
 
     /// Examines every bucket, removing expired values; the next pass starts from bucket 0.
-    fn sweep_all(&mut self, now: u64) {
+    /// Returns the last key removed, for reuse.
+    fn sweep_all(&mut self, now: u64) -> Option<K> {
         self.cursor = 0;
         let buckets = self.table.num_buckets();
-        self.sweep(now, buckets);
+        let removed = self.sweep(now, buckets);
         self.cursor = 0;
+        removed
     }
 }
 
@@ -387,6 +400,20 @@ mod tests {
             }
             assert!(t.len() <= max_keys, "{} > {max_keys}", t.len());
             assert_eq!(t.len(), inserted);
+        }
+    }
+
+    /// A new key stored in the memory of a reclaimed one is that key, whatever their lengths.
+    #[test]
+    fn keys_stored_in_reclaimed_memory_are_the_new_keys() {
+        let t: Table<Vec<u8>, ExpiresAt, Seeded> = Table::with_hasher(1, Seeded(3));
+        let keys: [&[u8]; 4] = [b"a-rather-long-key", b"k", b"", b"another key"];
+        for (now, key) in (1..).zip(keys) {
+            let h = t.hash(key);
+            let new = t.with_or_insert(h, key, now, || ExpiresAt(now), |_, new| new);
+            assert_eq!(new, Ok(true), "the expired key before it was reclaimed");
+            assert_eq!(t.len(), 1);
+            assert_eq!(t.with(h, key, |v| v.0), Some(now), "{key:?} is stored");
         }
     }
 }
