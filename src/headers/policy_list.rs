@@ -21,6 +21,8 @@ use super::style::HeaderStyle;
 ///
 /// The field line is kept for the life of the process, once per distinct line (lists of the same
 /// policies share it): a server builds a few lists at start-up and writes them on every response.
+/// Past 4,096 distinct lines, new lines are shared by reference count instead, so a program
+/// that builds lists on the fly does not grow without bound.
 ///
 /// ```
 /// use flowguard::headers::{HeaderStyle, PolicyList, PolicyName, QuotaPolicy, ServiceLimit};
@@ -69,7 +71,12 @@ impl PolicyList {
                     .bytes()
                     .all(|b| b == b'\t' || (0x20..0x7f).contains(&b)) =>
             {
-                HeaderValue::from_static(intern(line))
+                match intern(&line) {
+                    Some(kept) => HeaderValue::from_static(kept),
+                    // Past the interned lines: a shared value, counted per copy.
+                    None => HeaderValue::from_str(&line)
+                        .unwrap_or_else(|_| HeaderValue::from_static("")),
+                }
             }
             _ => HeaderValue::from_static(""),
         };
@@ -216,15 +223,49 @@ impl Decimal {
     }
 }
 
+/// Most distinct lines kept for the life of the process; lists built past them (a program that
+/// makes lists on the fly) share their line by reference count instead.
+const MAX_INTERNED: usize = 4096;
+
 /// `line`, kept for the life of the process: one copy per distinct line, however many lists
-/// are built with it.
-fn intern(line: String) -> &'static str {
+/// are built with it; `None` once [`MAX_INTERNED`] lines are kept.
+fn intern(line: &str) -> Option<&'static str> {
     static LINES: Mutex<BTreeSet<&'static str>> = Mutex::new(BTreeSet::new());
     let mut lines = LINES.lock();
-    if let Some(kept) = lines.get(line.as_str()) {
-        return kept;
+    if let Some(kept) = lines.get(line) {
+        return Some(kept);
     }
-    let kept: &'static str = Box::leak(line.into_boxed_str());
+    if lines.len() >= MAX_INTERNED {
+        return None;
+    }
+    let kept: &'static str = Box::leak(Box::from(line));
     lines.insert(kept);
-    kept
+    Some(kept)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::headers::PolicyName;
+
+    #[test]
+    fn lists_of_the_same_policies_share_one_static_line() {
+        let list = || {
+            PolicyList::new(vec![
+                QuotaPolicy::new(PolicyName::new("interned a").unwrap(), 10),
+                QuotaPolicy::new(PolicyName::new("interned b").unwrap(), 20),
+            ])
+            .unwrap()
+        };
+        let (one, two) = (list(), list());
+        assert_eq!(one.field_value(), r#""interned a";q=10, "interned b";q=20"#);
+        assert_eq!(
+            one.field_value().as_bytes().as_ptr(),
+            two.field_value().as_bytes().as_ptr(),
+            "one copy of the line"
+        );
+        let value = one.limit_value(1, 7, Duration::from_millis(1500)).unwrap();
+        assert_eq!(value, r#""interned b";r=7;t=2"#);
+        assert_eq!(one.limit_value(2, 7, Duration::ZERO), None);
+    }
 }
