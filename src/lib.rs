@@ -1,6 +1,6 @@
 #![doc = include_str!("../README.md")]
 #![warn(missing_docs)]
-#![forbid(unsafe_code)]
+#![deny(unsafe_code)]
 // On docs.rs, mark every item that needs a feature with that feature.
 #![cfg_attr(docsrs, feature(doc_cfg))]
 // The docs are written for the all-features build docs.rs makes, where every link resolves;
