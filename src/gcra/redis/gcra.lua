@@ -15,12 +15,14 @@
 --                     microsecond in units of 1/den us (< den)
 --   now               microseconds since the flowguard epoch, or "" for the server's TIME
 --   extra_ttl         milliseconds added to the key's expiry (0 in server-time mode)
--- KEYS     the n keys (already prefixed and length-bounded by the client), or none: then they
---          are the n arguments after the rules (a Redis Cluster node's batch: keys of several
---          slots of that node)
--- then 3 arguments per request, in request order:
+-- then q, the number of kinds of request, then 3 arguments per kind:
 --   rule              its rule's number (1 .. r)
 --   step, step_frac   n*T for a request of cost n, as window is given; n*T = 0 peeks
+-- KEYS     the n keys (already prefixed and length-bounded by the client), or none: then they
+--          are the n arguments after the kinds (a Redis Cluster node's batch: keys of several
+--          slots of that node)
+-- then, only when q > 1, each request's kind (1 .. q), in request order. The requests of a call
+-- usually share one kind (one quota, one cost): then they need no argument of their own.
 --
 -- Exact arithmetic: T = period / rate need not be a whole number of microseconds, so every time
 -- is a whole number of microseconds plus a fraction f/den. The client computes n*T and B*T
@@ -38,77 +40,137 @@
 -- one window. A fraction over another denominator (a quota that changed) is rounded up to the
 -- next whole microsecond.
 --
--- Requests usually share a rule, which is parsed when it changes, so a call allocates nothing but
--- its reply (and, for 'a', a table of the keys it has seen).
+-- Reading: every key of a 't' call is read before anything is written, with one MGET (nothing
+-- else runs during a call, and the call's own writes are remembered, so a key named again is
+-- decided against the earlier request's write). MGET answers nil for a key of another type as for
+-- no key, so one EXISTS counts the keys it answered nil for: when any of them exists, those keys
+-- are read again with their own GET, which fails for a key of another type as a lone request's
+-- would. When the MGET fails (a key this node does not serve, ...), every key is read with its
+-- own GET, as 's' and 'a' calls read them.
 --
--- Replies, per request in order ('s' and 't'): status, allowed (0/1), tat, tat_frac, now, where
--- tat + tat_frac/den = max(stored TAT, now) is the TAT the request was decided against (the
--- client derives the decision from it). Status 0: decided; 1: the key holds something that is not
--- a GCRA state; 2: invalid arguments; 3: not decided ('t' only). The other four are 0 unless the
--- status is 0.
+-- Expiry: the key lives until its TAT, rounded up to a millisecond (plus extra_ttl): ttl_ms from
+-- the decision's time. With the server's time the expiry is absolute, SET .. PXAT of the
+-- decision's millisecond plus ttl_ms (the expiry a SET .. PX run in that millisecond gets, which
+-- Redis would rewrite as PXAT to propagate it); with an explicit time, SET .. PX ttl_ms.
+--
+-- Requests usually share a rule and a cost, so the script parses an argument only when it differs
+-- from the previous request's, and formats a number only when it differs from the last one.
+--
+-- Replies ('s' and 't'): first, per rule, its now (0 for a rule no request used validly); then per
+-- request in order: tat when the request was decided against the TAT tat (a whole number of
+-- microseconds: tat = max(stored TAT, now); the client derives the decision from it); -4, tat,
+-- tat_frac when that TAT has a fraction tat_frac/den; or -status: 1, the key holds something that
+-- is not a GCRA state; 2, invalid arguments; 3, not decided ('t' only).
 -- 'a' replies committed (0/1) first, then per request: status, fits (0/1), tat, tat_frac, now,
 -- base, base_frac, where tat is the TAT the request was tested against (max(stored, now) plus the
 -- costs of the earlier requests on the same key) and base = max(stored, now) for its key.
 -- committed is 1 iff every status is 0 and every request fits; only then was anything written.
 
-local tonumber, find, match, format = tonumber, string.find, string.match, string.format
+local tonumber, find, match, format, unpack = tonumber, string.find, string.match, string.format, unpack
 local call, pcall = redis.call, redis.pcall
 local EXACT = 9007199254740992
+-- Keys per MGET (unpack has a bound on the values it returns).
+local CHUNK = 256
 
 local mode, n, r = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 if not (n and r) or n < 1 or r < 1 or (mode ~= 's' and mode ~= 't' and mode ~= 'a') then
+  return {2}
+end
+local kind_arg = 4 + 5 * r
+local q = tonumber(ARGV[kind_arg])
+if not q or q < 1 then
   return {2}
 end
 local declared = #KEYS > 0
 if declared and #KEYS ~= n then
   return {2}
 end
+local key_arg = kind_arg + 3 * q
+local keys = KEYS
+if not declared then
+  keys = {unpack(ARGV, key_arg + 1, key_arg + n)}
+  key_arg = key_arg + n
+end
+
+-- The server's TIME: microseconds since the flowguard epoch, read once.
 local server_now
--- The rule of the current request (requests usually share one): parsed when it changes.
-local rule, den, window, window_frac, rule_now, extra_ttl = 0, nil, 0, 0, 0, 0
-local base_arg = 3 + 5 * r
-local item_arg = base_arg
-if not declared then item_arg = base_arg + n end
+-- The rules, parsed when a kind first names them: rule_den[j] is nil until then, false if invalid.
+local rule_den, rule_window, rule_window_frac, rule_now, rule_extra = {}, {}, {}, {}, {}
+local function parse_rule(j)
+  if rule_den[j] == nil then
+    rule_den[j] = false
+    local p = 3 + 5 * (j - 1)
+    local d, w, wf = tonumber(ARGV[p + 1]), tonumber(ARGV[p + 2]), tonumber(ARGV[p + 3])
+    local at, x = ARGV[p + 4], tonumber(ARGV[p + 5])
+    if at == '' then
+      if not server_now then
+        local t = call('TIME')
+        server_now = (tonumber(t[1]) - 1700000000) * 1000000 + tonumber(t[2])
+      end
+      at = server_now
+    else
+      at = tonumber(at)
+      if at and at >= EXACT then at = nil end
+    end
+    if d and w and wf and x and at and d >= 1 and wf < d and x < EXACT then
+      rule_den[j], rule_window[j], rule_window_frac[j], rule_now[j], rule_extra[j] = d, w, wf, at, x
+    end
+  end
+  return rule_den[j]
+end
+
+-- read[i]: the i-th key's value from the MGET, false for none; recheck: read each key that has
+-- no value there with its own GET. MGET is used from Redis 7.0 on (SET .. GET needs 6.2).
+local read, recheck, written = {}, true, {}
+if mode == 't' and n > 1 and redis.REDIS_VERSION_NUM then
+  recheck = false
+  for first = 1, n, CHUNK do
+    local last = first + CHUNK - 1
+    if last > n then last = n end
+    local got = pcall('MGET', unpack(keys, first, last))
+    if got.err then
+      recheck = true
+      break
+    end
+    for i = first, last do read[i] = got[i - first + 1] end
+  end
+end
 
 local out, k = {}, 0
 local pending, order, committed
 if mode == 'a' then
   pending, order, committed, k = {}, {}, 1, 1
+else
+  for j = 1, r do out[j] = 0 end
+  k = r
 end
+-- The current request's kind, and what it names: den is nil when the kind is invalid.
+local kind, cur, den, window, window_frac, now, extra_ttl, step, step_frac = 1, nil
+-- The last value and TTL formatted.
+local last_w, last_value, last_ttl, ttl_arg = false, false, false, false
 for i = 1, n do
-  local o = item_arg + 3 * (i - 1)
-  local key
-  if declared then key = KEYS[i] else key = ARGV[base_arg + i] end
-  local j = tonumber(ARGV[o + 1])
-  local step, step_frac = tonumber(ARGV[o + 2]), tonumber(ARGV[o + 3])
-  if j ~= rule then
-    rule, den = j, nil
-    if j and j >= 1 and j <= r and j % 1 == 0 then
-      local p = 3 + 5 * (j - 1)
-      local d, w, wf = tonumber(ARGV[p + 1]), tonumber(ARGV[p + 2]), tonumber(ARGV[p + 3])
-      local at, x = ARGV[p + 4], tonumber(ARGV[p + 5])
-      if at == '' then
-        if not server_now then
-          local t = call('TIME')
-          server_now = (tonumber(t[1]) - 1700000000) * 1000000 + tonumber(t[2])
-        end
-        at = server_now
-      else
-        at = tonumber(at)
-        if at and at >= EXACT then at = nil end
-      end
-      if d and w and wf and x and at and d >= 1 and wf < d and x < EXACT then
-        den, window, window_frac, rule_now, extra_ttl = d, w, wf, at, x
+  local key = keys[i]
+  if q > 1 then kind = tonumber(ARGV[key_arg + i]) end
+  if kind ~= cur then
+    cur, den = kind, nil
+    if kind and kind >= 1 and kind <= q and kind % 1 == 0 then
+      local p = kind_arg + 3 * (kind - 1)
+      local j = tonumber(ARGV[p + 1])
+      step, step_frac = tonumber(ARGV[p + 2]), tonumber(ARGV[p + 3])
+      if j and j >= 1 and j <= r and j % 1 == 0 and step and step_frac and parse_rule(j) then
+        den, window, window_frac = rule_den[j], rule_window[j], rule_window_frac[j]
+        now, extra_ttl = rule_now[j], rule_extra[j]
+        if step_frac >= den then den = nil end
+        if mode ~= 'a' then out[j] = now end
       end
     end
   end
-  local status, allowed, tat, tat_frac, now, base, base_frac = 0, 0, 0, 0, 0, 0, 0
-  if not (key and den and step and step_frac) or step_frac >= den then
+  local status, allowed, tat, tat_frac, base, base_frac = 0, 0, 0, 0, 0, 0
+  if not (key and den) then
     status = 2
   else
-    now = rule_now
     local horizon = now + window
-    local normalized = false
+    local normalized, verify = false, false
     tat = now
     local earlier = pending and pending[key]
     if earlier then
@@ -117,16 +179,23 @@ for i = 1, n do
       base, base_frac = earlier[4], earlier[5]
       if base_frac > 0 and earlier[9] ~= den then base, base_frac = base + 1, 0 end
     else
-      local stored
-      if mode == 't' then
-        stored = pcall('GET', key)
-        if type(stored) == 'table' then status = 3 end
-      else
-        stored = call('GET', key)
+      local stored = written[key]
+      if stored == nil then stored = read[i] end
+      if not stored then
+        if not recheck then
+          -- No value in the MGET: no key, or one of another type, which the SET .. GET that
+          -- writes it, or else a GET, tells apart.
+          verify = true
+        elseif mode == 't' then
+          stored = pcall('GET', key)
+          if type(stored) == 'table' then status = 3 end
+        else
+          stored = call('GET', key)
+        end
       end
       if status == 0 and stored then
         local whole, frac, over
-        if #stored > 0 and #stored <= 16 and not find(stored, '%D') then
+        if #stored <= 16 and #stored > 0 and not find(stored, '%D') then
           whole, frac, over = tonumber(stored), 0, den
         elseif #stored <= 50 then
           local w, f, d = match(stored, '^(%d+)%+(%d+)/(%d+)$')
@@ -152,7 +221,7 @@ for i = 1, n do
       if cand < horizon or (cand == horizon and cand_frac <= window_frac) then allowed = 1 end
       local spends = step > 0 or step_frac > 0
       local writes = spends and (mode == 'a' or allowed == 1 or normalized)
-      local value, ttl
+      local value
       if writes then
         local w, f = tat, tat_frac
         if allowed == 1 or mode == 'a' then w, f = cand, cand_frac end
@@ -161,8 +230,13 @@ for i = 1, n do
         local ttl_ms = (ttl_us - ttl_us % 1000) / 1000 + extra_ttl
         if ttl_us % 1000 > 0 then ttl_ms = ttl_ms + 1 end
         if ttl_ms < 1 then ttl_ms = 1 end
-        if f > 0 then value = format('%d+%d/%d', w, f, den) else value = format('%d', w) end
-        ttl = format('%d', ttl_ms)
+        if f > 0 then
+          value = format('%d+%d/%d', w, f, den)
+        else
+          if w ~= last_w then last_w, last_value = w, format('%d', w) end
+          value = last_value
+        end
+        if ttl_ms ~= last_ttl then last_ttl, ttl_arg = ttl_ms, format('%d', ttl_ms) end
       end
       if mode == 'a' then
         if allowed == 0 then committed = 0 end
@@ -173,28 +247,47 @@ for i = 1, n do
           order[#order + 1] = key
         end
         e[1], e[2], e[3] = cand, cand_frac, den
-        if writes then e[6], e[7], e[8] = value, ttl, true end
+        if writes then e[6], e[7], e[8] = value, ttl_arg, true end
       elseif writes then
         if mode == 't' then
-          local done = pcall('SET', key, value, 'PX', ttl)
-          if type(done) == 'table' and done.err then status = 3 end
+          local done
+          if verify then
+            done = pcall('SET', key, value, 'PX', ttl_arg, 'GET')
+          else
+            done = pcall('SET', key, value, 'PX', ttl_arg)
+          end
+          if type(done) == 'table' and done.err then
+            status = 3
+          else
+            written[key] = value
+          end
         else
-          call('SET', key, value, 'PX', ttl)
+          call('SET', key, value, 'PX', ttl_arg)
         end
+      elseif verify and type(pcall('GET', key)) == 'table' then
+        status = 3
       end
-    end
-    if status ~= 0 then
-      allowed, tat, tat_frac, now, base, base_frac = 0, 0, 0, 0, 0, 0
     end
   end
   if mode == 'a' then
-    if status ~= 0 then committed = 0 end
-    out[k + 1], out[k + 2], out[k + 3], out[k + 4] = status, allowed, tat, tat_frac
-    out[k + 5], out[k + 6], out[k + 7] = now, base, base_frac
+    if status ~= 0 then
+      committed = 0
+      out[k + 1], out[k + 2], out[k + 3], out[k + 4], out[k + 5], out[k + 6], out[k + 7] =
+        status, 0, 0, 0, 0, 0, 0
+    else
+      out[k + 1], out[k + 2], out[k + 3], out[k + 4] = 0, allowed, tat, tat_frac
+      out[k + 5], out[k + 6], out[k + 7] = now, base, base_frac
+    end
     k = k + 7
+  elseif status ~= 0 then
+    out[k + 1] = -status
+    k = k + 1
+  elseif tat_frac > 0 then
+    out[k + 1], out[k + 2], out[k + 3] = -4, tat, tat_frac
+    k = k + 3
   else
-    out[k + 1], out[k + 2], out[k + 3], out[k + 4], out[k + 5] = status, allowed, tat, tat_frac, now
-    k = k + 5
+    out[k + 1] = tat
+    k = k + 1
   end
 end
 if mode == 'a' then
