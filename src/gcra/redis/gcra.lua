@@ -40,21 +40,20 @@
 -- one window. A fraction over another denominator (a quota that changed) is rounded up to the
 -- next whole microsecond.
 --
--- Reading: every key of a 't' call is read before anything is written, with one MGET (nothing
--- else runs during a call, and the call's own writes are remembered, so a key named again is
--- decided against the earlier request's write). MGET answers nil for a key of another type as for
--- no key, so one EXISTS counts the keys it answered nil for: when any of them exists, those keys
--- are read again with their own GET, which fails for a key of another type as a lone request's
--- would. When the MGET fails (a key this node does not serve, ...), every key is read with its
--- own GET, as 's' and 'a' calls read them.
+-- Reading: the keys of a 't' call that declares them are read before anything is written, with
+-- one MGET (Redis 7.0+; nothing else runs during a call, and the call's own writes are
+-- remembered, so a key named again is decided against the earlier request's write). MGET answers
+-- nil for a key of another type as for no key, so a request whose key it answered nil for writes
+-- with SET .. GET, which fails on a key of another type and then changes nothing, or, if it
+-- writes nothing, reads its key again with GET: either fails as a lone request's GET would. When
+-- the MGET fails (a key this node does not serve, a user without +mget, ...), and in 's' and 'a'
+-- calls and a Redis Cluster node's batches (keys of several slots, which one MGET refuses), each
+-- key is read with its own GET.
 --
--- Expiry: the key lives until its TAT, rounded up to a millisecond (plus extra_ttl): ttl_ms from
--- the decision's time. With the server's time the expiry is absolute, SET .. PXAT of the
--- decision's millisecond plus ttl_ms (the expiry a SET .. PX run in that millisecond gets, which
--- Redis would rewrite as PXAT to propagate it); with an explicit time, SET .. PX ttl_ms.
+-- The TTL is the TAT rounded up to a millisecond, from the decision's time (plus extra_ttl).
 --
--- Requests usually share a rule and a cost, so the script parses an argument only when it differs
--- from the previous request's, and formats a number only when it differs from the last one.
+-- Requests usually share a kind (rule and cost), which is parsed once per call; a value or a TTL
+-- equal to the previous one is not formatted again.
 --
 -- Replies ('s' and 't'): first, per rule, its now (0 for a rule no request used validly); then per
 -- request in order: tat when the request was decided against the TAT tat (a whole number of
@@ -120,9 +119,10 @@ local function parse_rule(j)
 end
 
 -- read[i]: the i-th key's value from the MGET, false for none; recheck: read each key that has
--- no value there with its own GET. MGET is used from Redis 7.0 on (SET .. GET needs 6.2).
+-- no value there with its own GET. MGET is used from Redis 7.0 on (SET .. GET needs 6.2), for
+-- declared keys (a Redis Cluster node's batch spans slots, which one MGET may not).
 local read, recheck, written = {}, true, {}
-if mode == 't' and n > 1 and redis.REDIS_VERSION_NUM then
+if mode == 't' and n > 1 and declared and redis.REDIS_VERSION_NUM then
   recheck = false
   for first = 1, n, CHUNK do
     local last = first + CHUNK - 1
