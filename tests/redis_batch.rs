@@ -81,6 +81,68 @@ async fn a_bad_key_fails_only_its_own_decision_in_a_coalesced_call() {
     assert_eq!(server.cli(&["lrange", "fg:=list", "0", "-1"]), "x");
 }
 
+/// The scenario of `a_bad_key_fails_only_its_own_decision_in_a_coalesced_call` with a peek on the
+/// key of another type (a request that writes nothing), through a store connecting as `user`.
+async fn coalesced_peek_on_a_list(server: &mut RedisServer, url: String) {
+    server.cli(&["rpush", "fg:=list", "x"]);
+    let store = RedisStore::builder(url)
+        .prefix("fg:")
+        .timeout(Duration::from_secs(5))
+        .connect()
+        .await
+        .unwrap();
+    let limiter = RemoteRateLimiter::builder(store.clone(), Quota::per_minute(10).unwrap())
+        .failure_policy(FailurePolicy::FailClosed)
+        .build()
+        .unwrap();
+    assert!(limiter.check_key(b"warm").await.unwrap().allowed);
+    let before = store.script_calls();
+    server.pause();
+    let first = spawn_check(&limiter, b"a", 1).await;
+    let good = spawn_check(&limiter, b"b", 2).await;
+    let peek = spawn_check(&limiter, b"list", 0).await;
+    let fresh_peek = spawn_check(&limiter, b"c", 0).await;
+    let again = spawn_check(&limiter, b"b", 3).await;
+    server.resume();
+    assert_eq!(first.await.unwrap().unwrap().remaining, 9);
+    assert_eq!(good.await.unwrap().unwrap().remaining, 8);
+    assert_eq!(
+        peek.await.unwrap(),
+        Err(CheckError::Store(StoreError::WrongType {
+            key: "fg:=list".into()
+        }))
+    );
+    assert_eq!(fresh_peek.await.unwrap().unwrap().remaining, 10);
+    assert_eq!(again.await.unwrap().unwrap().remaining, 5);
+    // The first alone, the four others together, the list key again alone.
+    assert_eq!(store.script_calls() - before, 3);
+    assert_eq!(
+        server.cli(&["exists", "fg:=c"]),
+        "0",
+        "a peek writes nothing"
+    );
+    assert_eq!(server.cli(&["lrange", "fg:=list", "0", "-1"]), "x");
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_peek_on_a_key_of_another_type_fails_only_its_own_decision() {
+    let mut server = RedisServer::start();
+    let url = server.url();
+    coalesced_peek_on_a_list(&mut server, url).await;
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_user_without_mget_gets_the_same_coalesced_decisions() {
+    let mut server = RedisServer::start();
+    let granted = [
+        "acl", "setuser", "nomget", "reset", "on", ">s3cret", "~fg:*", "-@all", "+evalsha",
+        "+eval", "+get", "+set", "+time",
+    ];
+    assert_eq!(server.cli(&granted), "OK");
+    let url = format!("redis://nomget:s3cret@127.0.0.1:{}", server.port);
+    coalesced_peek_on_a_list(&mut server, url).await;
+}
+
 #[tokio::test(flavor = "current_thread")]
 async fn coalesced_decisions_keep_the_server_clock_and_their_ttl() {
     let mut server = RedisServer::start();
