@@ -29,12 +29,10 @@ async fn spawn_check(
     task
 }
 
-#[tokio::test(flavor = "current_thread")]
-async fn a_bad_key_fails_only_its_own_decision_in_a_coalesced_call() {
-    let mut server = RedisServer::start();
-    server.cli(&["rpush", "fg:=list", "x"]);
-    server.cli(&["set", "fg:=foreign", "1e308"]);
-    let store = RedisStore::builder(server.url())
+/// A store at `url` (prefix `fg:`) and a fail-closed limiter of 10 per minute over it, with the
+/// script loaded, and the script calls sent so far: the counts after it are the decisions' calls.
+async fn warm_limiter(url: String) -> (RedisStore, RemoteRateLimiter<RedisStore>, u64) {
+    let store = RedisStore::builder(url)
         .prefix("fg:")
         .timeout(Duration::from_secs(5))
         .connect()
@@ -44,9 +42,17 @@ async fn a_bad_key_fails_only_its_own_decision_in_a_coalesced_call() {
         .failure_policy(FailurePolicy::FailClosed)
         .build()
         .unwrap();
-    // Load the script, so that the counts below are the decisions' calls only.
     assert!(limiter.check_key(b"warm").await.unwrap().allowed);
     let before = store.script_calls();
+    (store, limiter, before)
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_bad_key_fails_only_its_own_decision_in_a_coalesced_call() {
+    let mut server = RedisServer::start();
+    server.cli(&["rpush", "fg:=list", "x"]);
+    server.cli(&["set", "fg:=foreign", "1e308"]);
+    let (store, limiter, before) = warm_limiter(server.url()).await;
     // The first call is held by the stopped server; the others queue and go together.
     server.pause();
     let first = spawn_check(&limiter, b"a", 1).await;
@@ -82,21 +88,10 @@ async fn a_bad_key_fails_only_its_own_decision_in_a_coalesced_call() {
 }
 
 /// The scenario of `a_bad_key_fails_only_its_own_decision_in_a_coalesced_call` with a peek on the
-/// key of another type (a request that writes nothing), through a store connecting as `user`.
+/// key of another type (a request that writes nothing), through a store connecting to `url`.
 async fn coalesced_peek_on_a_list(server: &mut RedisServer, url: String) {
     server.cli(&["rpush", "fg:=list", "x"]);
-    let store = RedisStore::builder(url)
-        .prefix("fg:")
-        .timeout(Duration::from_secs(5))
-        .connect()
-        .await
-        .unwrap();
-    let limiter = RemoteRateLimiter::builder(store.clone(), Quota::per_minute(10).unwrap())
-        .failure_policy(FailurePolicy::FailClosed)
-        .build()
-        .unwrap();
-    assert!(limiter.check_key(b"warm").await.unwrap().allowed);
-    let before = store.script_calls();
+    let (store, limiter, before) = warm_limiter(url).await;
     server.pause();
     let first = spawn_check(&limiter, b"a", 1).await;
     let good = spawn_check(&limiter, b"b", 2).await;
