@@ -93,46 +93,29 @@ end
 
 -- The server's TIME: microseconds since the flowguard epoch, read once.
 local server_now
--- The rules, parsed when a kind first names them: rule_den[j] is nil until then, false if invalid.
-local rule_den, rule_window, rule_window_frac, rule_now, rule_extra = {}, {}, {}, {}, {}
-local function parse_rule(j)
-  if rule_den[j] == nil then
-    rule_den[j] = false
-    local p = 3 + 5 * (j - 1)
-    local d, w, wf = tonumber(ARGV[p + 1]), tonumber(ARGV[p + 2]), tonumber(ARGV[p + 3])
-    local at, x = ARGV[p + 4], tonumber(ARGV[p + 5])
-    if at == '' then
-      if not server_now then
-        local t = call('TIME')
-        server_now = (tonumber(t[1]) - 1700000000) * 1000000 + tonumber(t[2])
-      end
-      at = server_now
-    else
-      at = tonumber(at)
-      if at and at >= EXACT then at = nil end
-    end
-    if d and w and wf and x and at and d >= 1 and wf < d and x < EXACT then
-      rule_den[j], rule_window[j], rule_window_frac[j], rule_now[j], rule_extra[j] = d, w, wf, at, x
-    end
-  end
-  return rule_den[j]
-end
 
--- read[i]: the i-th key's value from the MGET, false for none; recheck: read each key that has
--- no value there with its own GET. MGET is used from Redis 7.0 on (SET .. GET needs 6.2), for
--- declared keys (a Redis Cluster node's batch spans slots, which one MGET may not).
-local read, recheck, written = {}, true, {}
+-- read[i]: the i-th key's value from the MGET, false for none (read is false without an MGET);
+-- recheck: read each key that has no value there with its own GET. MGET is used from Redis 7.0
+-- on (SET .. GET needs 6.2), for declared keys (a Redis Cluster node's batch spans slots, which
+-- one MGET may not). written[key]: what this call wrote to key (a table once it wrote).
+local read, recheck, written = false, true, false
 if mode == 't' and n > 1 and declared and redis.REDIS_VERSION_NUM then
   recheck = false
-  for first = 1, n, CHUNK do
-    local last = first + CHUNK - 1
-    if last > n then last = n end
-    local got = pcall('MGET', unpack(keys, first, last))
-    if got.err then
-      recheck = true
-      break
+  if n <= CHUNK then
+    read = pcall('MGET', unpack(keys))
+    if read.err then read, recheck = false, true end
+  else
+    read = {}
+    for first = 1, n, CHUNK do
+      local last = first + CHUNK - 1
+      if last > n then last = n end
+      local got = pcall('MGET', unpack(keys, first, last))
+      if got.err then
+        read, recheck = false, true
+        break
+      end
+      for i = first, last do read[i] = got[i - first + 1] end
     end
-    for i = first, last do read[i] = got[i - first + 1] end
   end
 end
 
@@ -152,16 +135,33 @@ for i = 1, n do
   local key = keys[i]
   if q > 1 then kind = tonumber(ARGV[key_arg + i]) end
   if kind ~= cur then
+    -- A new kind (usually once per call): its rule and step.
     cur, den = kind, nil
+    local j
     if kind and kind >= 1 and kind <= q and kind % 1 == 0 then
       local p = kind_arg + 3 * (kind - 1)
-      local j = tonumber(ARGV[p + 1])
+      j = tonumber(ARGV[p + 1])
       step, step_frac = tonumber(ARGV[p + 2]), tonumber(ARGV[p + 3])
-      if j and j >= 1 and j <= r and j % 1 == 0 and step and step_frac and parse_rule(j) then
-        den, window, window_frac = rule_den[j], rule_window[j], rule_window_frac[j]
-        now, extra_ttl = rule_now[j], rule_extra[j]
-        if step_frac >= den then den = nil end
-        if mode ~= 'a' then out[j] = now end
+    end
+    if j and j >= 1 and j <= r and j % 1 == 0 and step and step_frac then
+      local p = 3 + 5 * (j - 1)
+      local d, w, wf = tonumber(ARGV[p + 1]), tonumber(ARGV[p + 2]), tonumber(ARGV[p + 3])
+      local at, x = ARGV[p + 4], tonumber(ARGV[p + 5])
+      if at == '' then
+        if not server_now then
+          local t = call('TIME')
+          server_now = (tonumber(t[1]) - 1700000000) * 1000000 + tonumber(t[2])
+        end
+        at = server_now
+      else
+        at = tonumber(at)
+        if at and at >= EXACT then at = nil end
+      end
+      if d and w and wf and x and at and d >= 1 and wf < d and x < EXACT then
+        if mode ~= 'a' then out[j] = at end
+        if step_frac < d then
+          den, window, window_frac, now, extra_ttl = d, w, wf, at, x
+        end
       end
     end
   end
@@ -179,8 +179,8 @@ for i = 1, n do
       base, base_frac = earlier[4], earlier[5]
       if base_frac > 0 and earlier[9] ~= den then base, base_frac = base + 1, 0 end
     else
-      local stored = written[key]
-      if stored == nil then stored = read[i] end
+      local stored = written and written[key]
+      if not stored and read then stored = read[i] end
       if not stored then
         if not recheck then
           -- No value in the MGET: no key, or one of another type, which the SET .. GET that
@@ -259,6 +259,7 @@ for i = 1, n do
           if type(done) == 'table' and done.err then
             status = 3
           else
+            if not written then written = {} end
             written[key] = value
           end
         else
