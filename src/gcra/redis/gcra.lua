@@ -84,12 +84,10 @@ local declared = #KEYS > 0
 if declared and #KEYS ~= n then
   return {2}
 end
-local key_arg = kind_arg + 3 * q
-local keys = KEYS
-if not declared then
-  keys = {unpack(ARGV, key_arg + 1, key_arg + n)}
-  key_arg = key_arg + n
-end
+-- Undeclared keys are ARGV[key_base + i]; each request's kind (q > 1) is ARGV[key_arg + i].
+local key_base = kind_arg + 3 * q
+local key_arg = key_base
+if not declared then key_arg = key_base + n end
 
 -- The server's TIME: microseconds since the flowguard epoch, read once.
 local server_now
@@ -102,14 +100,14 @@ local read, recheck, written = false, true, false
 if mode == 't' and n > 1 and declared and redis.REDIS_VERSION_NUM then
   recheck = false
   if n <= CHUNK then
-    read = pcall('MGET', unpack(keys))
+    read = pcall('MGET', unpack(KEYS))
     if read.err then read, recheck = false, true end
   else
     read = {}
     for first = 1, n, CHUNK do
       local last = first + CHUNK - 1
       if last > n then last = n end
-      local got = pcall('MGET', unpack(keys, first, last))
+      local got = pcall('MGET', unpack(KEYS, first, last))
       if got.err then
         read, recheck = false, true
         break
@@ -132,7 +130,8 @@ local kind, cur, den, window, window_frac, now, extra_ttl, step, step_frac = 1, 
 -- The last value and TTL formatted.
 local last_w, last_value, last_ttl, ttl_arg = false, false, false, false
 for i = 1, n do
-  local key = keys[i]
+  local key
+  if declared then key = KEYS[i] else key = ARGV[key_base + i] end
   if q > 1 then kind = tonumber(ARGV[key_arg + i]) end
   if kind ~= cur then
     -- A new kind (usually once per call): its rule and step.
