@@ -226,8 +226,9 @@ for i = 1, n do
         if allowed == 1 or mode == 'a' then w, f = cand, cand_frac end
         local ttl_us = w - now
         if f > 0 then ttl_us = ttl_us + 1 end
-        local ttl_ms = (ttl_us - ttl_us % 1000) / 1000 + extra_ttl
-        if ttl_us % 1000 > 0 then ttl_ms = ttl_ms + 1 end
+        local part = ttl_us % 1000
+        local ttl_ms = (ttl_us - part) / 1000 + extra_ttl
+        if part > 0 then ttl_ms = ttl_ms + 1 end
         if ttl_ms < 1 then ttl_ms = 1 end
         if f > 0 then
           value = format('%d+%d/%d', w, f, den)
@@ -255,7 +256,8 @@ for i = 1, n do
           else
             done = pcall('SET', key, value, 'PX', ttl_arg)
           end
-          if type(done) == 'table' and done.err then
+          -- An error is a table with err; SET answers a status table, SET .. GET a nil (false).
+          if done and done.err then
             status = 3
           else
             if not written then written = {} end
