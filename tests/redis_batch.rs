@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use flowguard::clock::ManualClock;
-use flowguard::gcra::redis::RedisStore;
+use flowguard::gcra::redis::{DEFAULT_MAX_BATCH, RedisStore};
 use flowguard::gcra::remote::{
     FailurePolicy, QuotaCheck, RemoteRateLimiter, RemoteStore, StoreError, StoreItem,
 };
@@ -29,14 +29,17 @@ async fn spawn_check(
     task
 }
 
-#[tokio::test(flavor = "current_thread")]
-async fn a_bad_key_fails_only_its_own_decision_in_a_coalesced_call() {
-    let mut server = RedisServer::start();
-    server.cli(&["rpush", "fg:=list", "x"]);
-    server.cli(&["set", "fg:=foreign", "1e308"]);
-    let store = RedisStore::builder(server.url())
+/// A store at `url` (prefix `fg:`, up to `max_batch` decisions per call) and a fail-closed
+/// limiter of 10 per minute over it, with the script loaded, and the script calls sent so far:
+/// the counts after it are the decisions' calls.
+async fn warm_limiter(
+    url: String,
+    max_batch: usize,
+) -> (RedisStore, RemoteRateLimiter<RedisStore>, u64) {
+    let store = RedisStore::builder(url)
         .prefix("fg:")
         .timeout(Duration::from_secs(5))
+        .max_batch(max_batch)
         .connect()
         .await
         .unwrap();
@@ -44,9 +47,17 @@ async fn a_bad_key_fails_only_its_own_decision_in_a_coalesced_call() {
         .failure_policy(FailurePolicy::FailClosed)
         .build()
         .unwrap();
-    // Load the script, so that the counts below are the decisions' calls only.
     assert!(limiter.check_key(b"warm").await.unwrap().allowed);
     let before = store.script_calls();
+    (store, limiter, before)
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_bad_key_fails_only_its_own_decision_in_a_coalesced_call() {
+    let mut server = RedisServer::start();
+    server.cli(&["rpush", "fg:=list", "x"]);
+    server.cli(&["set", "fg:=foreign", "1e308"]);
+    let (store, limiter, before) = warm_limiter(server.url(), DEFAULT_MAX_BATCH).await;
     // The first call is held by the stopped server; the others queue and go together.
     server.pause();
     let first = spawn_check(&limiter, b"a", 1).await;
@@ -79,6 +90,82 @@ async fn a_bad_key_fails_only_its_own_decision_in_a_coalesced_call() {
     assert_eq!(store.script_calls() - before, 3);
     assert_eq!(server.cli(&["get", "fg:=foreign"]), "1e308", "left alone");
     assert_eq!(server.cli(&["lrange", "fg:=list", "0", "-1"]), "x");
+}
+
+/// The scenario of `a_bad_key_fails_only_its_own_decision_in_a_coalesced_call` with a peek on the
+/// key of another type (a request that writes nothing), through a store connecting to `url`.
+async fn coalesced_peek_on_a_list(server: &mut RedisServer, url: String) {
+    server.cli(&["rpush", "fg:=list", "x"]);
+    let (store, limiter, before) = warm_limiter(url, DEFAULT_MAX_BATCH).await;
+    server.pause();
+    let first = spawn_check(&limiter, b"a", 1).await;
+    let good = spawn_check(&limiter, b"b", 2).await;
+    let peek = spawn_check(&limiter, b"list", 0).await;
+    let fresh_peek = spawn_check(&limiter, b"c", 0).await;
+    let again = spawn_check(&limiter, b"b", 3).await;
+    server.resume();
+    assert_eq!(first.await.unwrap().unwrap().remaining, 9);
+    assert_eq!(good.await.unwrap().unwrap().remaining, 8);
+    assert_eq!(
+        peek.await.unwrap(),
+        Err(CheckError::Store(StoreError::WrongType {
+            key: "fg:=list".into()
+        }))
+    );
+    assert_eq!(fresh_peek.await.unwrap().unwrap().remaining, 10);
+    assert_eq!(again.await.unwrap().unwrap().remaining, 5);
+    // The first alone, the four others together, the list key again alone.
+    assert_eq!(store.script_calls() - before, 3);
+    assert_eq!(
+        server.cli(&["exists", "fg:=c"]),
+        "0",
+        "a peek writes nothing"
+    );
+    assert_eq!(server.cli(&["lrange", "fg:=list", "0", "-1"]), "x");
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_peek_on_a_key_of_another_type_fails_only_its_own_decision() {
+    let mut server = RedisServer::start();
+    let url = server.url();
+    coalesced_peek_on_a_list(&mut server, url).await;
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_user_without_mget_gets_the_same_coalesced_decisions() {
+    let mut server = RedisServer::start();
+    let granted = [
+        "acl", "setuser", "nomget", "reset", "on", ">s3cret", "~fg:*", "-@all", "+evalsha",
+        "+eval", "+get", "+set", "+time",
+    ];
+    assert_eq!(server.cli(&granted), "OK");
+    let url = format!("redis://nomget:s3cret@127.0.0.1:{}", server.port);
+    coalesced_peek_on_a_list(&mut server, url).await;
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_call_of_more_keys_than_one_mget_reads_decides_each_in_order() {
+    let mut server = RedisServer::start();
+    let (store, limiter, before) = warm_limiter(server.url(), 300).await;
+    server.pause();
+    let first = spawn_check(&limiter, b"first", 1).await;
+    // 300 decisions in one call: keys 0..199, then 0..99 again (the script reads 256 keys per
+    // MGET, so some repeats fall in the second read).
+    let mut tasks = Vec::new();
+    for i in 0..300 {
+        tasks.push(spawn_check(&limiter, format!("k{}", i % 200).as_bytes(), 1).await);
+    }
+    server.resume();
+    assert_eq!(first.await.unwrap().unwrap().remaining, 9);
+    for (i, task) in tasks.into_iter().enumerate() {
+        let expected = if i < 200 { 9 } else { 8 };
+        assert_eq!(
+            task.await.unwrap().unwrap().remaining,
+            expected,
+            "decision {i}"
+        );
+    }
+    assert_eq!(store.script_calls() - before, 2);
 }
 
 #[tokio::test(flavor = "current_thread")]

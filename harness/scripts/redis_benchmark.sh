@@ -95,15 +95,16 @@ sha=$(cli SCRIPT LOAD "$body")
 [ "$sha" = "$(printf '%s' "$body" | sha1sum | cut -d' ' -f1)" ] || { echo "redis_benchmark.sh: SCRIPT LOAD returned '$sha'" >&2; exit 1; }
 # The script's arguments for cost 1: B*T and n*T as whole us + fraction over den (1: T is whole).
 window_us=$((interval_us * burst))
-# One real decision first: five integers back (status 0 first), or the arguments are wrong.
-reply=$(cli EVALSHA "$sha" 1 bench:probe s 1 1 1 "$window_us" 0 "" 0 1 "$interval_us" 0)
-[ "$(printf '%s\n' "$reply" | wc -l)" = 5 ] && [ "$(printf '%s\n' "$reply" | head -n1)" = 0 ] || { echo "redis_benchmark.sh: the script did not return a decision" >&2; exit 1; }
+# One real decision first: two numbers back (now, then the TAT the request met, not negative), or
+# the arguments are wrong.
+reply=$(cli EVALSHA "$sha" 1 bench:probe s 1 1 1 "$window_us" 0 "" 0 1 1 "$interval_us" 0)
+[ "$(printf '%s\n' "$reply" | wc -l)" = 2 ] && [ "$(printf '%s\n' "$reply" | tail -n1 | cut -c1)" != - ] || { echo "redis_benchmark.sh: the script did not return a decision" >&2; exit 1; }
 
 own=0; [ -n "$server_pid" ] && own=1
 [ "$own" = 1 ] && cli CONFIG RESETSTAT >/dev/null
 
 # One request (mode s, 1 request, 1 rule: den 1, B*T, server time, no slack; rule 1, n*T).
-cmd=(EVALSHA "$sha" 1 "key:__rand_int__" s 1 1 1 "$window_us" 0 "" 0 1 "$interval_us" 0)
+cmd=(EVALSHA "$sha" 1 "key:__rand_int__" s 1 1 1 "$window_us" 0 "" 0 1 1 "$interval_us" 0)
 echo "redis-benchmark -h $host -p $port -c $clients -P $pipeline -n $requests -r $keyspace ${threads:+--threads $threads }-q ${cmd[*]:0:4} s 1 1 1 $window_us 0 \"\" 0 1 $interval_us 0   (x$repeat)" >&2
 runs=""
 for _ in $(seq "$repeat"); do

@@ -77,20 +77,26 @@ struct Quota {
 impl Quota {
     /// flowguard's ARGV for one cost-1 request at `now` ("" for server time): the mode (`s`, one
     /// request), the number of requests (1) and of rules (1); the rule: the denominator (1: these
-    /// intervals are whole µs), `B*T` as whole µs plus a fraction, now, extra TTL; the request:
-    /// its rule (1) and `n*T` as whole µs plus a fraction.
+    /// intervals are whole µs), `B*T` as whole µs plus a fraction, now, extra TTL; the number of
+    /// kinds of request (1) and the kind: its rule (1) and `n*T` as whole µs plus a fraction.
     fn flowguard_args(&self, cmd: &mut Cmd, now: &str) {
         cmd.arg("s")
             .arg(1)
             .arg(1)
             .arg(1)
-            .arg(self.interval_us * self.burst)
+            .arg(self.window_us())
             .arg(0)
             .arg(now)
             .arg(0)
             .arg(1)
+            .arg(1)
             .arg(self.interval_us)
             .arg(0);
+    }
+
+    /// `B*T` in µs.
+    fn window_us(&self) -> u64 {
+        self.interval_us * self.burst
     }
 }
 
@@ -704,7 +710,7 @@ async fn drive(
                     .command(&keys.key(&tag, i, hot_keys), quota)
                     .query_async(&mut con)
                     .await?;
-                allowed += usize::from(is_allowed(&call, &reply));
+                allowed += usize::from(is_allowed(&call, &reply, quota));
             }
             Ok::<usize, AnyError>(allowed)
         });
@@ -774,11 +780,16 @@ async fn report_throughput(
 
 /// flowguard's `{0 (decided), 1 (allowed), ..}`, the naive script's `{1 (allowed), ..}`, integer 1
 /// (the floors, which take flowguard's arguments) or OK (SET).
-fn is_allowed(call: &Call, reply: &Value) -> bool {
+fn is_allowed(call: &Call, reply: &Value, quota: Quota) -> bool {
     match (call, reply) {
-        (Call::Flowguard { .. }, Value::Array(items)) => {
-            matches!(items.get(..2), Some([Value::Int(0), Value::Int(1)]))
-        }
+        // flowguard's script answers now and the TAT the request met (a negative number: not
+        // decided); a cost-1 request is allowed when the TAT plus T is within the window.
+        (Call::Flowguard { .. }, Value::Array(items)) => match items[..] {
+            [Value::Int(now), Value::Int(tat)] if now >= 0 && tat >= 0 => {
+                tat.unsigned_abs() + quota.interval_us <= now.unsigned_abs() + quota.window_us()
+            }
+            _ => false,
+        },
         (Call::Naive { .. }, Value::Array(items)) => matches!(items.first(), Some(Value::Int(1))),
         (Call::Flowguard { .. }, Value::Int(n)) => *n == 1,
         (Call::Set, Value::Okay) => true,
@@ -1273,15 +1284,17 @@ mod tests {
         };
         let naive = Call::Naive { sha: "abc".into() };
         let ints = |v: &[i64]| Value::Array(v.iter().map(|&i| Value::Int(i)).collect());
-        assert!(is_allowed(&flowguard, &ints(&[0, 1, 5, 0, 5])));
-        assert!(!is_allowed(&flowguard, &ints(&[0, 0, 5, 0, 5])));
-        assert!(!is_allowed(&flowguard, &ints(&[1])));
-        assert!(is_allowed(&naive, &ints(&[1, 9])));
-        assert!(!is_allowed(&naive, &ints(&[0, 9])));
-        assert!(is_allowed(&flowguard, &Value::Int(1)));
-        assert!(!is_allowed(&flowguard, &Value::Int(0)));
-        assert!(is_allowed(&Call::Set, &Value::Okay));
-        assert!(!is_allowed(&Call::Set, &Value::Nil));
+        let q = STINGY;
+        assert!(is_allowed(&flowguard, &ints(&[5, 5]), q));
+        assert!(!is_allowed(&flowguard, &ints(&[5, 5 + 3_600_000_000]), q));
+        assert!(!is_allowed(&flowguard, &ints(&[5, -1]), q));
+        assert!(!is_allowed(&flowguard, &ints(&[1]), q));
+        assert!(is_allowed(&naive, &ints(&[1, 9]), q));
+        assert!(!is_allowed(&naive, &ints(&[0, 9]), q));
+        assert!(is_allowed(&flowguard, &Value::Int(1), q));
+        assert!(!is_allowed(&flowguard, &Value::Int(0), q));
+        assert!(is_allowed(&Call::Set, &Value::Okay, q));
+        assert!(!is_allowed(&Call::Set, &Value::Nil, q));
     }
 
     fn args(cmd: &Cmd) -> Vec<String> {
@@ -1314,6 +1327,7 @@ mod tests {
                 "0",
                 "",
                 "0",
+                "1",
                 "1",
                 "3600000000",
                 "0"

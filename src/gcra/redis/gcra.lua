@@ -15,12 +15,14 @@
 --                     microsecond in units of 1/den us (< den)
 --   now               microseconds since the flowguard epoch, or "" for the server's TIME
 --   extra_ttl         milliseconds added to the key's expiry (0 in server-time mode)
--- KEYS     the n keys (already prefixed and length-bounded by the client), or none: then they
---          are the n arguments after the rules (a Redis Cluster node's batch: keys of several
---          slots of that node)
--- then 3 arguments per request, in request order:
+-- then q, the number of kinds of request, then 3 arguments per kind:
 --   rule              its rule's number (1 .. r)
 --   step, step_frac   n*T for a request of cost n, as window is given; n*T = 0 peeks
+-- KEYS     the n keys (already prefixed and length-bounded by the client), or none: then they
+--          are the n arguments after the kinds (a Redis Cluster node's batch: keys of several
+--          slots of that node)
+-- then, only when q > 1, each request's kind (1 .. q), in request order. The requests of a call
+-- usually share one kind (one quota, one cost): then they need no argument of their own.
 --
 -- Exact arithmetic: T = period / rate need not be a whole number of microseconds, so every time
 -- is a whole number of microseconds plus a fraction f/den. The client computes n*T and B*T
@@ -38,52 +40,109 @@
 -- one window. A fraction over another denominator (a quota that changed) is rounded up to the
 -- next whole microsecond.
 --
--- Requests usually share a rule, which is parsed when it changes, so a call allocates nothing but
--- its reply (and, for 'a', a table of the keys it has seen).
+-- Reading: the keys of a 't' call that declares them are read before anything is written, with
+-- one MGET (Redis 7.0+; nothing else runs during a call, and the call's own writes are
+-- remembered, so a key named again is decided against the earlier request's write). MGET answers
+-- nil for a key of another type as for no key, so a request whose key it answered nil for writes
+-- with SET .. GET, which fails on a key of another type and then changes nothing, or, if it
+-- writes nothing, reads its key again with GET: either fails as a lone request's GET would. When
+-- the MGET fails (a key this node does not serve, a user without +mget, ...), and in 's' and 'a'
+-- calls and a Redis Cluster node's batches (keys of several slots, which one MGET refuses), each
+-- key is read with its own GET.
 --
--- Replies, per request in order ('s' and 't'): status, allowed (0/1), tat, tat_frac, now, where
--- tat + tat_frac/den = max(stored TAT, now) is the TAT the request was decided against (the
--- client derives the decision from it). Status 0: decided; 1: the key holds something that is not
--- a GCRA state; 2: invalid arguments; 3: not decided ('t' only). The other four are 0 unless the
--- status is 0.
+-- The TTL is the TAT rounded up to a millisecond, from the decision's time (plus extra_ttl).
+--
+-- Requests usually share a kind (rule and cost), which is parsed once per call; a value or a TTL
+-- equal to the previous one is not formatted again.
+--
+-- Replies ('s' and 't'): first, per rule, its now (0 for a rule no request used validly); then per
+-- request in order: tat when the request was decided against the TAT tat (a whole number of
+-- microseconds: tat = max(stored TAT, now); the client derives the decision from it); -4, tat,
+-- tat_frac when that TAT has a fraction tat_frac/den; or -status: 1, the key holds something that
+-- is not a GCRA state; 2, invalid arguments; 3, not decided ('t' only).
 -- 'a' replies committed (0/1) first, then per request: status, fits (0/1), tat, tat_frac, now,
 -- base, base_frac, where tat is the TAT the request was tested against (max(stored, now) plus the
 -- costs of the earlier requests on the same key) and base = max(stored, now) for its key.
 -- committed is 1 iff every status is 0 and every request fits; only then was anything written.
 
-local tonumber, find, match, format = tonumber, string.find, string.match, string.format
+local tonumber, find, match, format, unpack = tonumber, string.find, string.match, string.format, unpack
 local call, pcall = redis.call, redis.pcall
 local EXACT = 9007199254740992
+-- Keys per MGET (unpack has a bound on the values it returns).
+local CHUNK = 256
 
 local mode, n, r = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 if not (n and r) or n < 1 or r < 1 or (mode ~= 's' and mode ~= 't' and mode ~= 'a') then
+  return {2}
+end
+local kind_arg = 4 + 5 * r
+local q = tonumber(ARGV[kind_arg])
+if not q or q < 1 then
   return {2}
 end
 local declared = #KEYS > 0
 if declared and #KEYS ~= n then
   return {2}
 end
+-- Undeclared keys are ARGV[key_base + i]; each request's kind (q > 1) is ARGV[key_arg + i].
+local key_base = kind_arg + 3 * q
+local key_arg = key_base
+if not declared then key_arg = key_base + n end
+
+-- The server's TIME: microseconds since the flowguard epoch, read once.
 local server_now
--- The rule of the current request (requests usually share one): parsed when it changes.
-local rule, den, window, window_frac, rule_now, extra_ttl = 0, nil, 0, 0, 0, 0
-local base_arg = 3 + 5 * r
-local item_arg = base_arg
-if not declared then item_arg = base_arg + n end
+
+-- read[i]: the i-th key's value from the MGET, false for none (read is false without an MGET);
+-- recheck: read each key that has no value there with its own GET. MGET is used from Redis 7.0
+-- on (SET .. GET needs 6.2), for declared keys (a Redis Cluster node's batch spans slots, which
+-- one MGET may not). written[key]: what this call wrote to key (a table once it wrote).
+local read, recheck, written = false, true, false
+if mode == 't' and n > 1 and declared and redis.REDIS_VERSION_NUM then
+  recheck = false
+  if n <= CHUNK then
+    read = pcall('MGET', unpack(KEYS))
+    if read.err then read, recheck = false, true end
+  else
+    read = {}
+    for first = 1, n, CHUNK do
+      local last = first + CHUNK - 1
+      if last > n then last = n end
+      local got = pcall('MGET', unpack(KEYS, first, last))
+      if got.err then
+        read, recheck = false, true
+        break
+      end
+      for i = first, last do read[i] = got[i - first + 1] end
+    end
+  end
+end
 
 local out, k = {}, 0
 local pending, order, committed
 if mode == 'a' then
   pending, order, committed, k = {}, {}, 1, 1
+else
+  for j = 1, r do out[j] = 0 end
+  k = r
 end
+-- The current request's kind, and what it names: den is nil when the kind is invalid.
+local kind, cur, den, window, window_frac, now, extra_ttl, step, step_frac = 1, nil
+-- The last value and TTL formatted.
+local last_w, last_value, last_ttl, ttl_arg = false, false, false, false
 for i = 1, n do
-  local o = item_arg + 3 * (i - 1)
   local key
-  if declared then key = KEYS[i] else key = ARGV[base_arg + i] end
-  local j = tonumber(ARGV[o + 1])
-  local step, step_frac = tonumber(ARGV[o + 2]), tonumber(ARGV[o + 3])
-  if j ~= rule then
-    rule, den = j, nil
-    if j and j >= 1 and j <= r and j % 1 == 0 then
+  if declared then key = KEYS[i] else key = ARGV[key_base + i] end
+  if q > 1 then kind = tonumber(ARGV[key_arg + i]) end
+  if kind ~= cur then
+    -- A new kind (usually once per call): its rule and step.
+    cur, den = kind, nil
+    local j
+    if kind and kind >= 1 and kind <= q and kind % 1 == 0 then
+      local p = kind_arg + 3 * (kind - 1)
+      j = tonumber(ARGV[p + 1])
+      step, step_frac = tonumber(ARGV[p + 2]), tonumber(ARGV[p + 3])
+    end
+    if j and j >= 1 and j <= r and j % 1 == 0 and step and step_frac then
       local p = 3 + 5 * (j - 1)
       local d, w, wf = tonumber(ARGV[p + 1]), tonumber(ARGV[p + 2]), tonumber(ARGV[p + 3])
       local at, x = ARGV[p + 4], tonumber(ARGV[p + 5])
@@ -98,17 +157,19 @@ for i = 1, n do
         if at and at >= EXACT then at = nil end
       end
       if d and w and wf and x and at and d >= 1 and wf < d and x < EXACT then
-        den, window, window_frac, rule_now, extra_ttl = d, w, wf, at, x
+        if mode ~= 'a' then out[j] = at end
+        if step_frac < d then
+          den, window, window_frac, now, extra_ttl = d, w, wf, at, x
+        end
       end
     end
   end
-  local status, allowed, tat, tat_frac, now, base, base_frac = 0, 0, 0, 0, 0, 0, 0
-  if not (key and den and step and step_frac) or step_frac >= den then
+  local status, allowed, tat, tat_frac, base, base_frac = 0, 0, 0, 0, 0, 0
+  if not (key and den) then
     status = 2
   else
-    now = rule_now
     local horizon = now + window
-    local normalized = false
+    local normalized, verify = false, false
     tat = now
     local earlier = pending and pending[key]
     if earlier then
@@ -117,16 +178,23 @@ for i = 1, n do
       base, base_frac = earlier[4], earlier[5]
       if base_frac > 0 and earlier[9] ~= den then base, base_frac = base + 1, 0 end
     else
-      local stored
-      if mode == 't' then
-        stored = pcall('GET', key)
-        if type(stored) == 'table' then status = 3 end
-      else
-        stored = call('GET', key)
+      local stored = written and written[key]
+      if not stored and read then stored = read[i] end
+      if not stored then
+        if not recheck then
+          -- No value in the MGET: no key, or one of another type, which the SET .. GET that
+          -- writes it, or else a GET, tells apart.
+          verify = true
+        elseif mode == 't' then
+          stored = pcall('GET', key)
+          if type(stored) == 'table' then status = 3 end
+        else
+          stored = call('GET', key)
+        end
       end
       if status == 0 and stored then
         local whole, frac, over
-        if #stored > 0 and #stored <= 16 and not find(stored, '%D') then
+        if #stored <= 16 and #stored > 0 and not find(stored, '%D') then
           whole, frac, over = tonumber(stored), 0, den
         elseif #stored <= 50 then
           local w, f, d = match(stored, '^(%d+)%+(%d+)/(%d+)$')
@@ -152,17 +220,23 @@ for i = 1, n do
       if cand < horizon or (cand == horizon and cand_frac <= window_frac) then allowed = 1 end
       local spends = step > 0 or step_frac > 0
       local writes = spends and (mode == 'a' or allowed == 1 or normalized)
-      local value, ttl
+      local value
       if writes then
         local w, f = tat, tat_frac
         if allowed == 1 or mode == 'a' then w, f = cand, cand_frac end
         local ttl_us = w - now
         if f > 0 then ttl_us = ttl_us + 1 end
-        local ttl_ms = (ttl_us - ttl_us % 1000) / 1000 + extra_ttl
-        if ttl_us % 1000 > 0 then ttl_ms = ttl_ms + 1 end
+        local part = ttl_us % 1000
+        local ttl_ms = (ttl_us - part) / 1000 + extra_ttl
+        if part > 0 then ttl_ms = ttl_ms + 1 end
         if ttl_ms < 1 then ttl_ms = 1 end
-        if f > 0 then value = format('%d+%d/%d', w, f, den) else value = format('%d', w) end
-        ttl = format('%d', ttl_ms)
+        if f > 0 then
+          value = format('%d+%d/%d', w, f, den)
+        else
+          if w ~= last_w then last_w, last_value = w, format('%d', w) end
+          value = last_value
+        end
+        if ttl_ms ~= last_ttl then last_ttl, ttl_arg = ttl_ms, format('%d', ttl_ms) end
       end
       if mode == 'a' then
         if allowed == 0 then committed = 0 end
@@ -173,28 +247,49 @@ for i = 1, n do
           order[#order + 1] = key
         end
         e[1], e[2], e[3] = cand, cand_frac, den
-        if writes then e[6], e[7], e[8] = value, ttl, true end
+        if writes then e[6], e[7], e[8] = value, ttl_arg, true end
       elseif writes then
         if mode == 't' then
-          local done = pcall('SET', key, value, 'PX', ttl)
-          if type(done) == 'table' and done.err then status = 3 end
+          local done
+          if verify then
+            done = pcall('SET', key, value, 'PX', ttl_arg, 'GET')
+          else
+            done = pcall('SET', key, value, 'PX', ttl_arg)
+          end
+          -- An error is a table with err; SET answers a status table, SET .. GET a nil (false).
+          if done and done.err then
+            status = 3
+          else
+            if not written then written = {} end
+            written[key] = value
+          end
         else
-          call('SET', key, value, 'PX', ttl)
+          call('SET', key, value, 'PX', ttl_arg)
         end
+      elseif verify and type(pcall('GET', key)) == 'table' then
+        status = 3
       end
-    end
-    if status ~= 0 then
-      allowed, tat, tat_frac, now, base, base_frac = 0, 0, 0, 0, 0, 0
     end
   end
   if mode == 'a' then
-    if status ~= 0 then committed = 0 end
-    out[k + 1], out[k + 2], out[k + 3], out[k + 4] = status, allowed, tat, tat_frac
-    out[k + 5], out[k + 6], out[k + 7] = now, base, base_frac
+    if status ~= 0 then
+      committed = 0
+      out[k + 1], out[k + 2], out[k + 3], out[k + 4], out[k + 5], out[k + 6], out[k + 7] =
+        status, 0, 0, 0, 0, 0, 0
+    else
+      out[k + 1], out[k + 2], out[k + 3], out[k + 4] = 0, allowed, tat, tat_frac
+      out[k + 5], out[k + 6], out[k + 7] = now, base, base_frac
+    end
     k = k + 7
+  elseif status ~= 0 then
+    out[k + 1] = -status
+    k = k + 1
+  elseif tat_frac > 0 then
+    out[k + 1], out[k + 2], out[k + 3] = -4, tat, tat_frac
+    k = k + 3
   else
-    out[k + 1], out[k + 2], out[k + 3], out[k + 4], out[k + 5] = status, allowed, tat, tat_frac, now
-    k = k + 5
+    out[k + 1] = tat
+    k = k + 1
   end
 end
 if mode == 'a' then

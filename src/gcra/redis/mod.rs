@@ -89,7 +89,9 @@
 //!
 //! An ACL user needs exactly `+evalsha +eval +get +set +time` (the last three are called by the
 //! script) and the prefix's keys, e.g.
-//! `ACL SETUSER limiter on >secret resetkeys ~flowguard:* resetchannels -@all +evalsha +eval +get +set +time`.
+//! `ACL SETUSER limiter on >secret resetkeys ~flowguard:* resetchannels -@all +evalsha +eval +get +set +time +mget`.
+//! `+mget` is optional: a coalesced call reads its keys with one `MGET` (Redis 7.0+), or, when
+//! that is refused, with a `GET` each, which costs Redis more.
 
 mod batch;
 mod connection;

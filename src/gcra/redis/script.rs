@@ -1,6 +1,7 @@
 //! The GCRA Lua script (`gcra.lua`): its text, digests, arguments and replies.
 //!
-//! One script decides one request or several, each in O(1) (one `GET`, at most one `SET ... PX`):
+//! One script decides one request or several, each in O(1) (its key read once, by `GET` or, for the
+//! keys of a coalesced call on Redis 7.0+, one `MGET`; at most one `SET ... PX`):
 //!
 //! * [`Mode::Single`]: one request, exactly as earlier versions decided it; a key of another type
 //!   is the call's error.
@@ -122,6 +123,46 @@ impl Request {
 /// extra TTL.
 type RuleArgs = (u64, u64, u64, Option<u64>, u64);
 
+/// A kind of request as the script takes it: its rule's number (from 1), then `cost * T` (whole,
+/// fraction).
+type KindArgs = (usize, u64, u64);
+
+/// The distinct rules and kinds of `requests` in order of first use, and each request's kind
+/// (from 1): the script parses each rule and kind once per call.
+struct Layout {
+    rules: Vec<RuleArgs>,
+    kinds: Vec<KindArgs>,
+    of_request: Vec<usize>,
+}
+
+impl Layout {
+    fn new<'a>(requests: impl Iterator<Item = &'a Request>) -> Layout {
+        let mut layout = Layout {
+            rules: Vec::new(),
+            kinds: Vec::new(),
+            of_request: Vec::new(),
+        };
+        for r in requests {
+            let rule = number(&mut layout.rules, r.rule_args());
+            let kind = number(&mut layout.kinds, (rule, r.step.whole, r.step.frac));
+            layout.of_request.push(kind);
+        }
+        layout
+    }
+}
+
+/// `item`'s number (from 1) in `known`, added at the end if new. Calls carry a few distinct
+/// rules and kinds (usually one), so a linear search is the fastest.
+fn number<T: PartialEq>(known: &mut Vec<T>, item: T) -> usize {
+    match known.iter().position(|k| *k == item) {
+        Some(i) => i + 1,
+        None => {
+            known.push(item);
+            known.len()
+        }
+    }
+}
+
 /// `EVALSHA sha ...` (or `EVAL source ...`) deciding `requests` in `mode`, their keys named as
 /// `keys` says.
 pub(crate) fn command<'a>(
@@ -143,21 +184,7 @@ pub(crate) fn command<'a>(
         c.arg(sha);
         c
     };
-    // The distinct rules, in order of first use; each request names its rule's number.
-    let mut rules: Vec<RuleArgs> = Vec::new();
-    let numbers: Vec<usize> = requests
-        .clone()
-        .map(|r| {
-            let args = r.rule_args();
-            match rules.iter().position(|&known| known == args) {
-                Some(i) => i + 1,
-                None => {
-                    rules.push(args);
-                    rules.len()
-                }
-            }
-        })
-        .collect();
+    let layout = Layout::new(requests.clone());
     let n = requests.len();
     match keys {
         Keys::Declared => {
@@ -170,8 +197,8 @@ pub(crate) fn command<'a>(
             cmd.arg(0);
         }
     }
-    cmd.arg(mode.arg()).arg(n).arg(rules.len());
-    for (den, window, window_frac, now, extra_ttl) in rules {
+    cmd.arg(mode.arg()).arg(n).arg(layout.rules.len());
+    for (den, window, window_frac, now, extra_ttl) in layout.rules {
         cmd.arg(den).arg(window).arg(window_frac);
         match now {
             Some(now) => cmd.arg(now),
@@ -179,13 +206,19 @@ pub(crate) fn command<'a>(
         };
         cmd.arg(extra_ttl);
     }
+    cmd.arg(layout.kinds.len());
+    for &(rule, step, step_frac) in &layout.kinds {
+        cmd.arg(rule).arg(step).arg(step_frac);
+    }
     if keys == Keys::Undeclared {
-        for r in requests.clone() {
+        for r in requests {
             cmd.arg(&r.key[..]);
         }
     }
-    for (r, number) in requests.zip(numbers) {
-        cmd.arg(number).arg(r.step.whole).arg(r.step.frac);
+    if layout.kinds.len() > 1 {
+        for kind in layout.of_request {
+            cmd.arg(kind);
+        }
     }
     cmd
 }
@@ -202,8 +235,9 @@ mod status {
     pub(super) const ALONE: i64 = 3;
 }
 
-/// Numbers per request in the reply of [`Mode::Single`] and [`Mode::Tolerant`].
-const STRIDE: usize = 5;
+/// In the reply of [`Mode::Single`] and [`Mode::Tolerant`], marks a TAT with a fraction of a
+/// microsecond: its whole microseconds and the fraction follow.
+const FRACTION: i64 = -4;
 /// Numbers per request in the reply of [`Mode::All`] (after the leading `committed`).
 const STRIDE_ALL: usize = 7;
 
@@ -228,46 +262,74 @@ fn unsigned(v: i64, reply: &[i64]) -> Result<u64, CheckError> {
 
 /// The reply of [`Mode::Single`] or [`Mode::Tolerant`] to `requests`: one outcome per request,
 /// or the call's error when the reply is not this script's.
+///
+/// The reply is each rule's `now` (in the order [`command`] numbered them), then per request: its
+/// TAT when it has no fraction (`tat >= 0`), [`FRACTION`] then the TAT's whole microseconds and
+/// fraction, or a negated status code.
 pub(crate) fn parse_replies(
     reply: &[i64],
     requests: &[&Request],
 ) -> Result<Vec<Outcome>, CheckError> {
-    if reply.len() != requests.len() * STRIDE {
+    let layout = Layout::new(requests.iter().copied());
+    if reply.len() < layout.rules.len() {
         return Err(malformed(reply));
     }
-    reply
-        .chunks_exact(STRIDE)
-        .zip(requests)
-        .map(|(one, request)| parse_one(one, request))
-        .collect()
+    let (nows, mut rest) = reply.split_at(layout.rules.len());
+    let mut out = Vec::with_capacity(requests.len());
+    for (request, &kind) in requests.iter().zip(&layout.of_request) {
+        let Some((&first, tail)) = rest.split_first() else {
+            return Err(malformed(reply));
+        };
+        rest = tail;
+        let tat = match first {
+            whole if whole >= 0 => Ticks {
+                whole: whole.unsigned_abs(),
+                frac: 0,
+            },
+            FRACTION => {
+                let &[whole, frac, ..] = rest else {
+                    return Err(malformed(reply));
+                };
+                rest = &rest[2..];
+                if frac <= 0 {
+                    return Err(malformed(reply));
+                }
+                Ticks {
+                    whole: unsigned(whole, reply)?,
+                    frac: unsigned(frac, reply)?,
+                }
+            }
+            negated => {
+                out.push(failed(negated.wrapping_neg(), request).ok_or_else(|| malformed(reply))?);
+                continue;
+            }
+        };
+        let rule = layout.kinds[kind - 1].0;
+        let now = unsigned(nows[rule - 1], reply)?;
+        let step = request.rule.decide(tat, now, request.cost)?;
+        out.push(Outcome::Done(Ok(StoreDecision::new(
+            step.decision,
+            Duration::from_micros(now),
+        ))));
+    }
+    if !rest.is_empty() {
+        return Err(malformed(reply));
+    }
+    Ok(out)
 }
 
-fn parse_one(one: &[i64], request: &Request) -> Result<Outcome, CheckError> {
+/// What the status code `status` (not [`status::DECIDED`]) of a request means, if it is one.
+fn failed(status: i64, request: &Request) -> Option<Outcome> {
     let key = || String::from_utf8_lossy(&request.key).into_owned();
-    match *one {
-        [status::DECIDED, allowed @ (0 | 1), whole, frac, now] => {
-            let tat = Ticks {
-                whole: unsigned(whole, one)?,
-                frac: unsigned(frac, one)?,
-            };
-            let now = unsigned(now, one)?;
-            let step = request.rule.decide(tat, now, request.cost)?;
-            if step.decision.allowed != (allowed == 1) {
-                return Err(malformed(one));
-            }
-            Ok(Outcome::Done(Ok(StoreDecision::new(
-                step.decision,
-                Duration::from_micros(now),
-            ))))
-        }
-        [status::CORRUPT_STATE, 0, 0, 0, 0] => Ok(Outcome::Done(Err(CheckError::Store(
+    match status {
+        status::CORRUPT_STATE => Some(Outcome::Done(Err(CheckError::Store(
             StoreError::CorruptState { key: key() },
         )))),
-        [status::INVALID_ARGUMENTS, 0, 0, 0, 0] => Ok(Outcome::Done(Err(CheckError::Store(
+        status::INVALID_ARGUMENTS => Some(Outcome::Done(Err(CheckError::Store(
             StoreError::Rejected(Rejection::InvalidArguments),
         )))),
-        [status::ALONE, 0, 0, 0, 0] => Ok(Outcome::Alone),
-        _ => Err(malformed(one)),
+        status::ALONE => Some(Outcome::Alone),
+        _ => None,
     }
 }
 
@@ -303,8 +365,8 @@ pub(crate) fn parse_all(
             return Err(malformed(reply));
         };
         if status != status::DECIDED {
-            return match parse_one(&[status, 0, 0, 0, 0], request)? {
-                Outcome::Done(Err(e)) => Err(e),
+            return match failed(status, request) {
+                Some(Outcome::Done(Err(e))) => Err(e),
                 _ => Err(malformed(reply)),
             };
         }
@@ -376,8 +438,8 @@ mod tests {
     #[test]
     fn replies_become_decisions() {
         let g = micros(Quota::per_second(10).unwrap());
-        // Idle key at 42 µs: decided against tat = now.
-        let (d, now) = single(&[0, 1, 42, 0, 42], &g, 1).unwrap();
+        // Idle key at 42 µs: decided against tat = now (the rule's now, then the TAT).
+        let (d, now) = single(&[42, 42], &g, 1).unwrap();
         assert!(d.allowed);
         assert_eq!(
             (d.remaining, d.retry_after, d.reset_after),
@@ -385,12 +447,12 @@ mod tests {
         );
         assert_eq!(now, 42);
         // Full key: denied, told to come back in one interval.
-        let (d, _) = single(&[0, 0, 1_000_042, 0, 42], &g, 1).unwrap();
+        let (d, _) = single(&[42, 1_000_042], &g, 1).unwrap();
         assert!(!d.allowed);
         assert_eq!(d.retry_after, Some(Duration::from_millis(100)));
         // A fraction of a µs is carried: 3 per second, two tokens spent at 0.
         let g = micros(Quota::per_second(3).unwrap());
-        let (d, _) = single(&[0, 1, 666_666, 2, 0], &g, 1).unwrap();
+        let (d, _) = single(&[0, -4, 666_666, 2], &g, 1).unwrap();
         assert_eq!((d.remaining, d.reset_after), (0, Duration::from_secs(1)));
     }
 
@@ -399,13 +461,13 @@ mod tests {
         let g = micros(Quota::per_second(10).unwrap());
         let corrupt = Request::new(b"p:=k".to_vec(), &g, 1, None, 0).unwrap();
         assert_eq!(
-            parse_single(&[1, 0, 0, 0, 0], &corrupt),
+            parse_single(&[0, -1], &corrupt),
             Err(CheckError::Store(StoreError::CorruptState {
                 key: "p:=k".into()
             }))
         );
         assert_eq!(
-            single(&[2, 0, 0, 0, 0], &g, 1),
+            single(&[0, -2], &g, 1),
             Err(CheckError::Store(StoreError::Rejected(
                 Rejection::InvalidArguments
             )))
@@ -413,15 +475,16 @@ mod tests {
         for bad in [
             &[1, 2, 3][..],
             &[1],
-            &[0, 1, -1, 0, 5],
-            &[0, 2, 0, 0, 0],
-            &[4, 0, 0, 0, 0],
-            &[1, 1, 0, 0, 0],
             &[],
+            // A negative now, an unknown status, a fraction marker without a fraction.
+            &[-5, 42],
+            &[0, -5],
+            &[0, -4, 42],
+            &[0, -4, 42, 0],
+            &[0, -4, -1, 2],
+            &[0, i64::MIN],
             // Undecided is no answer to a single request.
-            &[3, 0, 0, 0, 0],
-            // The script says allowed, the rule says denied: not this script's reply.
-            &[0, 1, 1_000_042, 0, 42],
+            &[0, -3],
         ] {
             assert!(
                 matches!(
@@ -439,19 +502,27 @@ mod tests {
     fn a_tolerant_reply_has_one_outcome_per_request() {
         let g = micros(Quota::per_second(10).unwrap());
         let (a, b, c) = (request(&g, 1), request(&g, 1), request(&g, 1));
-        let outcomes = parse_replies(
-            &[0, 1, 42, 0, 42, 3, 0, 0, 0, 0, 1, 0, 0, 0, 0],
-            &[&a, &b, &c],
-        )
-        .unwrap();
+        let outcomes = parse_replies(&[42, 42, -3, -1], &[&a, &b, &c]).unwrap();
         assert!(matches!(&outcomes[0], Outcome::Done(Ok(d)) if d.decision.remaining == 9));
         assert_eq!(outcomes[1], Outcome::Alone);
         assert!(matches!(
             &outcomes[2],
             Outcome::Done(Err(CheckError::Store(StoreError::CorruptState { .. })))
         ));
-        // One number short: not this script's reply.
-        assert!(parse_replies(&[0, 1, 42, 0, 42, 3, 0, 0, 0], &[&a, &b]).is_err());
+        // One number short or one too many: not this script's reply.
+        assert!(parse_replies(&[42, 42], &[&a, &b]).is_err());
+        assert!(parse_replies(&[42, 42, 42, 42], &[&a, &b]).is_err());
+        // Two rules (one of them in explicit-time mode, now 7) and a fraction: each request is
+        // decided at its rule's now.
+        let third = micros(Quota::per_second(3).unwrap());
+        let explicit = Request::new(b"k".to_vec(), &third, 1, Some(7), 0).unwrap();
+        let outcomes = parse_replies(&[42, 7, 42, -4, 333_340, 1], &[&a, &explicit]).unwrap();
+        let at = |o: &Outcome| match o {
+            Outcome::Done(Ok(d)) => (d.at.as_micros(), d.decision.remaining),
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(at(&outcomes[0]), (42, 9));
+        assert_eq!(at(&outcomes[1]), (7, 1));
     }
 
     #[test]
@@ -520,24 +591,31 @@ mod tests {
                 frac: 2
             }
         );
-        let packed = |keys| {
-            let reqs = [&explicit, &explicit];
+        let packed = |reqs: &[&Request], keys| {
             let cmd = command(reqs.iter().copied(), Mode::Tolerant, keys, false);
             String::from_utf8_lossy(&cmd.get_packed_command()).into_owned()
         };
-        let declared = packed(Keys::Declared);
+        let declared = packed(&[&explicit, &explicit], Keys::Declared);
         assert!(declared.contains("EVALSHA") && declared.contains(SHA.as_str()));
-        // Two keys, mode, two requests, one rule (den 3, window 1 s, now 7, slack 9), then each
-        // request: rule 1, step 666,666 2/3 µs.
+        // Two keys, mode, two requests, one rule (den 3, window 1 s, now 7, slack 9), one kind
+        // (rule 1, step 666,666 2/3 µs), which the requests share: no argument of their own.
         let rule = "$1\r\n1\r\n$1\r\n3\r\n$7\r\n1000000\r\n$1\r\n0\r\n$1\r\n7\r\n$1\r\n9\r\n";
-        let request = "$1\r\n1\r\n$6\r\n666666\r\n$1\r\n2\r\n";
+        let kind = "$1\r\n1\r\n$1\r\n1\r\n$6\r\n666666\r\n$1\r\n2\r\n";
         assert!(declared.ends_with(&format!(
-            "$1\r\n2\r\n$1\r\nk\r\n$1\r\nk\r\n$1\r\nt\r\n$1\r\n2\r\n{rule}{request}{request}"
+            "$1\r\n2\r\n$1\r\nk\r\n$1\r\nk\r\n$1\r\nt\r\n$1\r\n2\r\n{rule}{kind}"
         )));
-        let undeclared = packed(Keys::Undeclared);
+        let undeclared = packed(&[&explicit, &explicit], Keys::Undeclared);
         assert!(undeclared.contains(CROSS_SLOT_SHA.as_str()));
         assert!(undeclared.ends_with(&format!(
-            "$1\r\n0\r\n$1\r\nt\r\n$1\r\n2\r\n{rule}$1\r\nk\r\n$1\r\nk\r\n{request}{request}"
+            "$1\r\n0\r\n$1\r\nt\r\n$1\r\n2\r\n{rule}{kind}$1\r\nk\r\n$1\r\nk\r\n"
+        )));
+        // Two kinds (cost 2, cost 1) of one rule: each request names its kind, after the keys.
+        let single = Request::new(b"k".to_vec(), &g, 1, Some(7), 9).unwrap();
+        let mixed = packed(&[&explicit, &single, &explicit], Keys::Undeclared);
+        let kinds = "$1\r\n2\r\n$1\r\n1\r\n$6\r\n666666\r\n$1\r\n2\r\n$1\r\n1\r\n$6\r\n333333\r\n$1\r\n1\r\n";
+        let keys = "$1\r\nk\r\n".repeat(3);
+        assert!(mixed.ends_with(&format!(
+            "$1\r\nt\r\n$1\r\n3\r\n{rule}{kinds}{keys}$1\r\n1\r\n$1\r\n2\r\n$1\r\n1\r\n"
         )));
         assert!(CROSS_SLOT_SOURCE.starts_with("#!lua flags=allow-cross-slot-keys\n"));
     }

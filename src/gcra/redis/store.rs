@@ -193,6 +193,11 @@ impl RedisStoreBuilder {
     /// of several of its slots, which needs Redis 7.0 or later (the script's
     /// `allow-cross-slot-keys` flag); on older servers, and for a key whose slot moved, decisions
     /// are calls of their own.
+    ///
+    /// One call is in flight per connection (master), so coalesced decisions flow at most
+    /// `max_batch` per round trip. A [two-tier](crate::gcra::two_tier) limiter whose refills come
+    /// faster than that (many keys, a client thread busy with local decisions, so long round
+    /// trips) queues them past the timeout; give it a larger bound.
     pub fn max_batch(mut self, max_batch: usize) -> Self {
         self.max_batch = max_batch;
         self

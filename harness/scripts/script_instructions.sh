@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# Server instructions per decision of flowguard's script (src/gcra/redis/gcra.lua) and per call of
+# the naive reference script (harness/scripts/naive_gcra.lua), counted by valgrind's callgrind in
+# a private redis-server on a free loopback port (started here, stopped on exit).
+#
+# Unlike INFO commandstats time, an instruction count does not move when other processes share
+# the machine, so a change to the script can be priced on a busy machine. The figure is the
+# instructions inside EVALSHA (callgrind's inclusive count of evalGenericCommand: the script, the
+# commands it calls, its arguments and its reply; not the network or serverCron) divided by the
+# decisions, with random keys among --keys (100/s burst 100: every decision allowed, as in
+# redis_load's default workload).
+#
+#   harness/scripts/script_instructions.sh [--calls 300] [--batch 32] [--keys 100000]
+#
+# Prints one line per workload: the naive script (one decision per call), flowguard alone (mode
+# 's', one decision per call) and flowguard coalesced (mode 't', --batch decisions per call).
+# Needs valgrind (callgrind_control, callgrind_annotate), redis-server and redis-benchmark.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+
+calls=300 batch=32 keys=100000
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --calls) calls=$2; shift 2 ;;
+    --batch) batch=$2; shift 2 ;;
+    --keys) keys=$2; shift 2 ;;
+    *) echo "script_instructions.sh: unknown argument $1" >&2; exit 2 ;;
+  esac
+done
+
+port=""
+for _ in $(seq 50); do
+  candidate=$((20000 + RANDOM % 20000))
+  if ! (exec 3<>"/dev/tcp/127.0.0.1/$candidate") 2>/dev/null; then port=$candidate; break; fi
+done
+[ -n "$port" ] || { echo "script_instructions.sh: no free port" >&2; exit 1; }
+dir=$(mktemp -d)
+valgrind --tool=callgrind --callgrind-out-file="$dir/cg.%p" redis-server --port "$port" \
+  --bind 127.0.0.1 --save "" --appendonly no --dir "$dir" >"$dir/valgrind.log" 2>&1 &
+server=$!
+trap 'kill "$server" 2>/dev/null; wait "$server" 2>/dev/null; rm -rf "$dir"' EXIT
+for _ in $(seq 600); do
+  redis-cli -p "$port" ping >/dev/null 2>&1 && break
+  sleep 0.1
+done
+redis-cli -p "$port" ping >/dev/null
+echo "$(redis-server --version)" >&2
+
+# measure LABEL DECISIONS_PER_CALL redis-benchmark's command...
+measure() {
+  local label=$1 per_call=$2; shift 2
+  redis-cli -p "$port" flushall >/dev/null
+  redis-benchmark -p "$port" -q -n 100 -c 2 -r "$keys" "$@" >/dev/null
+  callgrind_control -z "$server" >/dev/null
+  redis-benchmark -p "$port" -q -n "$calls" -c 2 -r "$keys" "$@" >/dev/null
+  callgrind_control -d "$server" >/dev/null
+  local dump
+  dump=$(ls -t "$dir"/cg.* | head -n1)
+  local ir
+  ir=$(callgrind_annotate --inclusive=yes --threshold=100 "$dump" 2>/dev/null |
+    awk '/:evalGenericCommand / && !found {gsub(",", "", $1); found = $1} END {print found}')
+  echo "$label: $((ir / (calls * per_call))) instructions per decision ($calls calls of $per_call)"
+}
+
+naive=$(redis-cli -p "$port" script load "$(cat harness/scripts/naive_gcra.lua)")
+flowguard=$(redis-cli -p "$port" script load "$(cat src/gcra/redis/gcra.lua)")
+# flowguard's arguments after the mode and n: one rule (den 1, B*T = 1 s, server time, no extra
+# TTL), one kind (rule 1, T = 10 ms).
+args=(1 1 1000000 0 "" 0 1 1 10000 0)
+# One real decision first: now and a TAT back, or the arguments are wrong.
+reply=$(redis-cli -p "$port" EVALSHA "$flowguard" 1 probe s 1 "${args[@]}" | tr '\n' ' ')
+case "$reply" in
+  [0-9]*" "[0-9]*" ") ;;
+  *) echo "script_instructions.sh: the script did not decide: $reply" >&2; exit 1 ;;
+esac
+batch_keys=()
+for _ in $(seq "$batch"); do batch_keys+=("k:__rand_int__"); done
+
+measure "naive script" 1 EVALSHA "$naive" 1 "k:__rand_int__" 1764495532.123456 0.01 100 1
+measure "flowguard alone" 1 EVALSHA "$flowguard" 1 "k:__rand_int__" s 1 "${args[@]}"
+measure "flowguard coalesced" "$batch" EVALSHA "$flowguard" "$batch" "${batch_keys[@]}" t "$batch" "${args[@]}"
