@@ -16,6 +16,8 @@ pub mod headers;
 pub mod rls;
 pub mod vegas;
 
+#[cfg(feature = "tower")]
+pub use guard::QuotaLayerError;
 pub use guard::{AdmitError, BuildError, Guard, GuardBuilder, GuardError, NoRateLimit};
 #[cfg(feature = "redis")]
 pub use guard::{RedisTarget, RedisUrlError};

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use super::error::BuildError;
 use super::guard::Guard;
-use super::store::StoreSettings;
+use super::store::{Kept, StoreSettings};
 use crate::backoff::RetryPolicy;
 use crate::gcra::{KeyedLimit, Quota};
 use crate::vegas::{DEFAULT_ACQUIRE_TIMEOUT, Limiter, Vegas};
@@ -174,9 +174,12 @@ impl GuardBuilder {
                 .max_wait(acquire_timeout)
                 .build()
                 .map_err(BuildError::Concurrency)?;
-        let admission = match (self.quota, self.rate_limit) {
+        let (admission, kept) = match (self.quota, self.rate_limit) {
             (Some(_), Some(_)) => return Err(BuildError::QuotaAndRateLimit),
-            (Some(quota), None) => Some(self.store.open(quota).await?),
+            (Some(quota), None) => {
+                let (limit, kept) = self.store.open(quota).await?;
+                (Some(limit), kept)
+            }
             (None, limit) => {
                 if let Some(setting) = self.store.first_setting() {
                     return Err(match limit {
@@ -184,11 +187,17 @@ impl GuardBuilder {
                         None => BuildError::NeedsQuota { setting },
                     });
                 }
-                limit
+                let kept = if limit.is_some() {
+                    Kept::Own
+                } else {
+                    Kept::Memory
+                };
+                (limit, kept)
             }
         };
         Ok(Guard {
             admission,
+            kept,
             concurrency,
             retry: self.retry,
             once: RetryPolicy::once(),

@@ -134,3 +134,94 @@ impl std::error::Error for AdmitError {
         }
     }
 }
+
+/// Why [`Guard::quota_layer`](super::Guard::quota_layer) built no layer. Each variant says what
+/// to change. Feature `tower`.
+#[cfg(feature = "tower")]
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum QuotaLayerError {
+    /// The layer's policies were refused (none, an empty or duplicate tier, a duplicate or
+    /// unprintable policy name, ...): see [`crate::gcra::layer::BuildError`].
+    Layer(crate::gcra::layer::BuildError),
+    /// The guard's quota is a limiter of your own
+    /// ([`rate_limit`](super::GuardBuilder::rate_limit)), whose store the guard does not know.
+    OwnRateLimit,
+    /// The guard's quota is two-tier ([`two_tier`](super::GuardBuilder::two_tier)): a local
+    /// batch of one quota cannot decide several quotas all or nothing.
+    #[cfg(feature = "redis")]
+    TwoTier,
+    /// Two of the layer's limits have the same name (a global policy `x` and a per-key policy
+    /// `x` of a tier named `"global"`), so they would share Redis keys.
+    #[cfg(feature = "redis")]
+    SharedKeys {
+        /// The name both limits have (`"<tier>:<policy>"` or `"global:<policy>"`).
+        limit: String,
+    },
+    /// A limit's Redis store or limiter was refused: its key prefix (the guard's prefix and the
+    /// limit's name, too long), or the failure policy for its quota.
+    #[cfg(feature = "redis")]
+    Store {
+        /// The limit's name.
+        limit: String,
+        /// Why.
+        source: crate::gcra::ConfigError,
+    },
+}
+
+#[cfg(feature = "tower")]
+impl fmt::Display for QuotaLayerError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            QuotaLayerError::Layer(e) => e.fmt(f),
+            QuotaLayerError::OwnRateLimit => f.write_str(
+                "this Guard's quota is a limiter of your own (GuardBuilder::rate_limit), whose store it does not \
+                 know: build the layer with QuotaLayerBuilder::build_with over that store, or give the guard a \
+                 quota (GuardBuilder::quota, with redis for a shared store)",
+            ),
+            #[cfg(feature = "redis")]
+            QuotaLayerError::TwoTier => f.write_str(
+                "this Guard keeps its quota two-tier (GuardBuilder::two_tier), but a layer's several quotas are \
+                 decided all or nothing in Redis, which local batches cannot do: remove two_tier, or build the \
+                 layer with QuotaLayerBuilder::build_with",
+            ),
+            #[cfg(feature = "redis")]
+            QuotaLayerError::SharedKeys { limit } => write!(
+                f,
+                "two of the layer's limits are named {limit:?} (a global policy and a per-key policy of a tier \
+                 named \"global\"), so they would share Redis keys: rename the policy or the tier"
+            ),
+            #[cfg(feature = "redis")]
+            QuotaLayerError::Store { limit, source } => {
+                write!(f, "the Redis limiter of limit {limit:?} was refused: {source}")
+            }
+        }
+    }
+}
+
+#[cfg(feature = "tower")]
+impl std::error::Error for QuotaLayerError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            QuotaLayerError::Layer(e) => Some(e),
+            #[cfg(feature = "redis")]
+            QuotaLayerError::Store { source, .. } => Some(source),
+            _ => None,
+        }
+    }
+}
+
+#[cfg(feature = "tower")]
+impl From<crate::gcra::layer::BuildError> for QuotaLayerError {
+    /// The builder's error; one of this type that the store raised is unwrapped.
+    fn from(error: crate::gcra::layer::BuildError) -> Self {
+        use crate::gcra::layer::BuildError;
+        match error {
+            BuildError::Store(inner) => match inner.downcast::<QuotaLayerError>() {
+                Ok(ours) => *ours,
+                Err(other) => QuotaLayerError::Layer(BuildError::Store(other)),
+            },
+            other => QuotaLayerError::Layer(other),
+        }
+    }
+}

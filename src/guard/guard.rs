@@ -58,6 +58,9 @@ use crate::vegas::{AcquireError, Limiter};
 #[derive(Clone)]
 pub struct Guard {
     pub(super) admission: Option<Arc<dyn KeyedLimit>>,
+    /// Where the quota is kept, for the layers `quota_layer` builds on the same store.
+    #[cfg_attr(not(feature = "tower"), allow(dead_code))]
+    pub(super) kept: super::store::Kept,
     pub(super) concurrency: Limiter,
     pub(super) retry: Option<RetryPolicy>,
     /// The policy used without a configured one: a single attempt.

@@ -1,14 +1,16 @@
 //! The tower layers a [`Guard`] hands out (feature `tower`): the inbound quota for `http`
 //! services, and for outbound clients the concurrency limit and the retry policy.
 
+use std::sync::Arc;
+
 use tower::retry::RetryLayer;
 
-use super::error::NoRateLimit;
+use super::error::{NoRateLimit, QuotaLayerError};
 use super::guard::Guard;
 use crate::backoff::HttpRetryPolicy;
 use crate::backoff::tower::HttpRetry;
-use crate::gcra::SeparateLimits;
-use crate::gcra::layer::QuotaLayer;
+use crate::gcra::layer::{QuotaLayer, QuotaLayerBuilder};
+use crate::gcra::{LimitSet, SeparateLimits};
 use crate::vegas::layer::AdaptiveConcurrencyLayer;
 
 impl Guard {
@@ -49,6 +51,69 @@ impl Guard {
     pub fn inbound_layer<K>(&self, key: K) -> Result<QuotaLayer<SeparateLimits, K>, NoRateLimit> {
         let store = self.admission.clone().ok_or(NoRateLimit)?;
         Ok(QuotaLayer::new(store, key))
+    }
+
+    /// A quota layer with several quotas per request, kept where the guard keeps its quota:
+    /// `builder` is [`QuotaLayer::builder`] with its key, [`Policy`](crate::gcra::layer::Policy)s
+    /// and tiers, built here on the guard's store instead of with `build` or `build_with`.
+    /// A request is allowed only if all of its tier's policies allow it, a denial spends nothing
+    /// from any of them, and the rate-limit fields describe every policy and name the one that
+    /// decided (see [`QuotaLayer`]). Feature `tower`.
+    ///
+    /// * In memory (a guard with an in-memory [`quota`](crate::GuardBuilder::quota), or none):
+    ///   as `builder.build()`, a [`MemoryLimitSet`](crate::gcra::MemoryLimitSet), atomic.
+    /// * In Redis or Redis Cluster (`GuardBuilder::redis`): a
+    ///   [`RemoteLimitSet`](crate::gcra::remote::RemoteLimitSet) with one remote limiter per
+    ///   limit over the guard's connection, with the guard's failure policy. Limit `"<tier>:<policy>"`
+    ///   (`"global:<policy>"`) is kept under the prefix `<guard prefix><tier>:<policy>:` (`%`,
+    ///   `{`, `}`, `=`, `#` and control characters of the name written `%XX`), so no two
+    ///   policies, and no policy and the guard's own quota, share a key. Each user key is
+    ///   wrapped in a hash tag, so one identity's per-key quotas share a cluster slot and are
+    ///   decided in one script call, atomically; a request with a global policy has keys in two
+    ///   slots of a cluster and is peeked, then spent (see
+    ///   [`RemoteRateLimiter::check_all`](crate::gcra::remote::RemoteRateLimiter::check_all)).
+    ///   On one Redis server every request is one atomic call. A guard prefix with a hash tag of
+    ///   its own (`"rl:{api}:"`) keeps every key in its slot instead.
+    ///
+    /// # Errors
+    /// A [`QuotaLayerError`] saying what to change: the policies refused
+    /// ([`Layer`](QuotaLayerError::Layer): none, duplicate names, ...), a guard whose quota is a
+    /// limiter of your own ([`OwnRateLimit`](QuotaLayerError::OwnRateLimit)) or two-tier
+    /// (`TwoTier`), two limits of the same name in Redis (`SharedKeys`).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use flowguard::gcra::layer::{HeaderKey, Policy, QuotaLayer};
+    /// use flowguard::gcra::Quota;
+    /// use flowguard::Guard;
+    /// use http::{Request, Response, StatusCode};
+    /// use tower::{ServiceBuilder, ServiceExt};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+    /// // In memory here; with `.redis(url)` the same layer keeps its quotas in Redis.
+    /// let guard = Guard::builder().build().await?;
+    /// let layer = guard.quota_layer(
+    ///     QuotaLayer::builder(HeaderKey::new("x-api-key")?)
+    ///         .policy(Policy::per_key("per-second", Quota::per_second(10)?))
+    ///         .policy(Policy::per_key("per-day", Quota::new(10_000, Duration::from_secs(86_400))?))
+    ///         .policy(Policy::global("global", Quota::per_second(5_000)?)),
+    /// )?;
+    /// let service = ServiceBuilder::new().layer(layer).service_fn(|_: Request<()>| async {
+    ///     Ok::<_, std::convert::Infallible>(Response::new(String::from("hi")))
+    /// });
+    /// let request = Request::builder().header("x-api-key", "k1").body(())?;
+    /// let response = service.oneshot(request).await?;
+    /// assert_eq!(response.status(), StatusCode::OK);
+    /// assert!(response.headers()["ratelimit-policy"].to_str()?.contains("\"per-day\""));
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn quota_layer<K>(
+        &self,
+        builder: QuotaLayerBuilder<K>,
+    ) -> Result<QuotaLayer<Arc<dyn LimitSet>, K>, QuotaLayerError> {
+        Ok(builder.build_with(|limits| self.kept.limit_set(limits))?)
     }
 
     /// The outbound concurrency limit as a tower layer: each call holds a permit of the guard's

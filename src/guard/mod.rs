@@ -21,6 +21,8 @@ mod redis_url;
 mod store;
 
 pub use builder::GuardBuilder;
+#[cfg(feature = "tower")]
+pub use error::QuotaLayerError;
 pub use error::{AdmitError, BuildError, NoRateLimit};
 pub use guard::{Guard, GuardError};
 #[cfg(feature = "redis")]

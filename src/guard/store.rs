@@ -41,8 +41,12 @@ impl StoreSettings {
         None
     }
 
-    /// The limiter keeping `quota`: in memory, or (with a Redis URL) connected to Redis now.
-    pub(super) async fn open(self, quota: Quota) -> Result<Arc<dyn KeyedLimit>, BuildError> {
+    /// The limiter keeping `quota`: in memory, or (with a Redis URL) connected to Redis now; and
+    /// where it is kept.
+    pub(super) async fn open(
+        self,
+        quota: Quota,
+    ) -> Result<(Arc<dyn KeyedLimit>, Kept), BuildError> {
         #[cfg(feature = "redis")]
         if let Some(url) = self.url {
             return redis(
@@ -57,8 +61,34 @@ impl StoreSettings {
         if let Some(setting) = self.first_setting() {
             return Err(BuildError::NeedsRedis { setting });
         }
-        Ok(Arc::new(KeyedRateLimiter::<Vec<u8>>::new(quota)))
+        Ok((
+            Arc::new(KeyedRateLimiter::<Vec<u8>>::new(quota)),
+            Kept::Memory,
+        ))
     }
+}
+
+/// Where a [`Guard`](super::Guard)'s quota is kept, for the layers with several quotas it
+/// builds on the same store ([`Guard::quota_layer`](super::Guard::quota_layer)).
+#[derive(Clone, Debug)]
+#[cfg_attr(not(feature = "tower"), allow(dead_code))]
+pub(super) enum Kept {
+    /// In memory, or no quota: layers keep theirs in memory.
+    Memory,
+    /// A limiter of the user's own ([`rate_limit`](super::GuardBuilder::rate_limit)), whose
+    /// store the guard does not know.
+    Own,
+    /// In Redis, under the store's prefix, answered by `failure_policy` while Redis does not.
+    #[cfg(feature = "redis")]
+    Redis {
+        /// The guard's store (its connection and prefix).
+        store: crate::gcra::redis::RedisStore,
+        /// The guard's failure policy.
+        failure_policy: crate::gcra::remote::FailurePolicy,
+    },
+    /// In Redis, two-tier.
+    #[cfg(feature = "redis")]
+    TwoTier,
 }
 
 /// A [`RemoteRateLimiter`](crate::gcra::remote::RemoteRateLimiter) over a Redis store at `url`,
@@ -70,7 +100,7 @@ async fn redis(
     failure_policy: Option<crate::gcra::remote::FailurePolicy>,
     two_tier_batch: Option<u32>,
     quota: Quota,
-) -> Result<Arc<dyn KeyedLimit>, BuildError> {
+) -> Result<(Arc<dyn KeyedLimit>, Kept), BuildError> {
     use super::redis_url::RedisTarget;
     use crate::gcra::redis::RedisStore;
     use crate::gcra::remote::RemoteRateLimiter;
@@ -85,16 +115,128 @@ async fn redis(
         None => builder,
     };
     let store = builder.connect().await.map_err(BuildError::Redis)?;
-    let remote = RemoteRateLimiter::builder(store, quota)
-        .failure_policy(failure_policy.unwrap_or_default())
+    let failure_policy = failure_policy.unwrap_or_default();
+    let remote = RemoteRateLimiter::builder(store.clone(), quota)
+        .failure_policy(failure_policy)
         .build()
         .map_err(BuildError::Store)?;
     Ok(match two_tier_batch {
-        None => Arc::new(remote),
-        Some(batch) => Arc::new(
-            TwoTierLimiter::builder(remote, batch)
-                .build()
-                .map_err(BuildError::Store)?,
+        None => (
+            Arc::new(remote),
+            Kept::Redis {
+                store,
+                failure_policy,
+            },
+        ),
+        Some(batch) => (
+            Arc::new(
+                TwoTierLimiter::builder(remote, batch)
+                    .build()
+                    .map_err(BuildError::Store)?,
+            ),
+            Kept::TwoTier,
         ),
     })
+}
+
+#[cfg(feature = "tower")]
+impl Kept {
+    /// The set keeping a quota layer's `limits` where the guard keeps its quota: in memory, or
+    /// in Redis with one limiter per limit over the guard's connection, each under its own
+    /// prefix ([`policy_prefix`]), all with the guard's failure policy.
+    pub(super) fn limit_set(
+        &self,
+        limits: &[crate::gcra::LimitSpec],
+    ) -> Result<Arc<dyn crate::gcra::LimitSet>, super::QuotaLayerError> {
+        use super::QuotaLayerError;
+        use crate::gcra::{LimitSpec, MemoryLimitSet};
+        match self {
+            Kept::Memory => Ok(Arc::new(MemoryLimitSet::new(
+                limits.iter().map(LimitSpec::quota),
+            ))),
+            Kept::Own => Err(QuotaLayerError::OwnRateLimit),
+            #[cfg(feature = "redis")]
+            Kept::TwoTier => Err(QuotaLayerError::TwoTier),
+            #[cfg(feature = "redis")]
+            Kept::Redis {
+                store,
+                failure_policy,
+            } => remote_set(store, *failure_policy, limits),
+        }
+    }
+}
+
+/// One [`RemoteRateLimiter`](crate::gcra::remote::RemoteRateLimiter) per limit over `store`'s
+/// connection. Each identity's keys carry a hash tag around the user key, so that one identity's
+/// quotas share a slot of a cluster and are decided in one call; a guard prefix with a hash tag
+/// of its own keeps every key in that one slot instead.
+#[cfg(all(feature = "tower", feature = "redis"))]
+fn remote_set(
+    store: &crate::gcra::redis::RedisStore,
+    failure_policy: crate::gcra::remote::FailurePolicy,
+    limits: &[crate::gcra::LimitSpec],
+) -> Result<Arc<dyn crate::gcra::LimitSet>, super::QuotaLayerError> {
+    use super::QuotaLayerError;
+    use crate::gcra::remote::{RemoteLimitSet, RemoteRateLimiter};
+
+    let tagged_prefix = store.prefix().contains(&b'{');
+    let mut limiters = Vec::with_capacity(limits.len());
+    for (i, limit) in limits.iter().enumerate() {
+        if limits[..i].iter().any(|other| other.name() == limit.name()) {
+            return Err(QuotaLayerError::SharedKeys {
+                limit: limit.name().to_owned(),
+            });
+        }
+        let refused = |source| QuotaLayerError::Store {
+            limit: limit.name().to_owned(),
+            source,
+        };
+        let own = store
+            .with_keys(policy_prefix(store.prefix(), limit.name()), !tagged_prefix)
+            .map_err(refused)?;
+        limiters.push(
+            RemoteRateLimiter::builder(own, limit.quota())
+                .failure_policy(failure_policy)
+                .build()
+                .map_err(refused)?,
+        );
+    }
+    Ok(Arc::new(RemoteLimitSet::new(limiters)))
+}
+
+/// The key prefix of the limit `name` under the guard's `prefix`: `prefix ‖ name ‖ ":"`, with
+/// `%`, `{`, `}`, `=`, `#` and control bytes of the name written `%XX`. Injective, and it never
+/// names keys of the guard's own quota (`prefix ‖ "="` or `prefix ‖ "#"`): the escaped name
+/// holds neither byte and ends before the first of them.
+#[cfg(all(feature = "tower", feature = "redis"))]
+fn policy_prefix(prefix: &[u8], name: &str) -> Vec<u8> {
+    let mut out = Vec::with_capacity(prefix.len() + name.len() + 1);
+    out.extend_from_slice(prefix);
+    for &b in name.as_bytes() {
+        if matches!(b, b'%' | b'{' | b'}' | b'=' | b'#') || b.is_ascii_control() {
+            out.extend_from_slice(format!("%{b:02X}").as_bytes());
+        } else {
+            out.push(b);
+        }
+    }
+    out.push(b':');
+    out
+}
+
+#[cfg(all(test, feature = "tower", feature = "redis"))]
+mod tests {
+    use super::policy_prefix;
+
+    #[test]
+    fn policy_prefixes_escape_what_would_route_or_collide() {
+        assert_eq!(
+            policy_prefix(b"flowguard:", "default:per-second"),
+            b"flowguard:default:per-second:"
+        );
+        assert_eq!(
+            policy_prefix(b"p:", "{t}:a=b#%\n"),
+            b"p:%7Bt%7D:a%3Db%23%25%0A:"
+        );
+        assert_ne!(policy_prefix(b"p:", "%7B"), policy_prefix(b"p:", "{"));
+    }
 }

@@ -358,7 +358,16 @@ impl RedisStore {
     /// with [`hash_tag_keys`](RedisStoreBuilder::hash_tag_keys) so that they share a slot in a
     /// cluster. The prefix is checked as [`RedisStoreBuilder::prefix`]'s.
     pub fn with_prefix(&self, prefix: impl AsRef<[u8]>) -> Result<RedisStore, ConfigError> {
-        let keys = KeySpace::new(prefix.as_ref().to_vec(), self.keys.hash_tags())?;
+        self.with_keys(prefix.as_ref().to_vec(), self.keys.hash_tags())
+    }
+
+    /// [`with_prefix`](Self::with_prefix), with or without a hash tag around each user key.
+    pub(crate) fn with_keys(
+        &self,
+        prefix: Vec<u8>,
+        hash_tags: bool,
+    ) -> Result<RedisStore, ConfigError> {
+        let keys = KeySpace::new(prefix, hash_tags)?;
         Ok(RedisStore {
             inner: self.inner.clone(),
             keys: Arc::new(keys),
