@@ -26,12 +26,8 @@ while [ $# -gt 0 ]; do
 done
 
 cargo build --release -q -p flowguard-harness --bin redis_load --bin redis_cost
-port=""
-for _ in $(seq 50); do
-  candidate=$((20000 + RANDOM % 20000))
-  if ! (exec 3<>"/dev/tcp/127.0.0.1/$candidate") 2>/dev/null; then port=$candidate; break; fi
-done
-[ -n "$port" ] || { echo "coalesce_bench.sh: no free port" >&2; exit 1; }
+. harness/scripts/free_port.sh
+port=$(free_port coalesce_bench.sh)
 dir=$(mktemp -d)
 redis-server --port "$port" --bind 127.0.0.1 --save "" --appendonly no --dir "$dir" \
   --logfile "$dir/redis.log" &

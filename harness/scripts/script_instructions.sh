@@ -28,12 +28,8 @@ while [ $# -gt 0 ]; do
   esac
 done
 
-port=""
-for _ in $(seq 50); do
-  candidate=$((20000 + RANDOM % 20000))
-  if ! (exec 3<>"/dev/tcp/127.0.0.1/$candidate") 2>/dev/null; then port=$candidate; break; fi
-done
-[ -n "$port" ] || { echo "script_instructions.sh: no free port" >&2; exit 1; }
+. harness/scripts/free_port.sh
+port=$(free_port script_instructions.sh)
 dir=$(mktemp -d)
 valgrind --tool=callgrind --callgrind-out-file="$dir/cg.%p" redis-server --port "$port" \
   --bind 127.0.0.1 --save "" --appendonly no --dir "$dir" >"$dir/valgrind.log" 2>&1 &
