@@ -53,7 +53,10 @@
 -- The TTL is the TAT rounded up to a millisecond, from the decision's time (plus extra_ttl).
 --
 -- Requests usually share a kind (rule and cost), which is parsed once per call; a value or a TTL
--- equal to the previous one is not formatted again.
+-- equal to the previous one is not formatted again. The common coalesced call (tolerant, one
+-- kind, keys read by one MGET) takes a loop of its own that decides exactly as the general one:
+-- every key with no value is decided against now, so that decision, its value and its TTL are
+-- computed once per call, not once per key.
 --
 -- Replies ('s' and 't'): first, per rule, its now (0 for a rule no request used validly); then per
 -- request in order: tat when the request was decided against the TAT tat (a whole number of
@@ -125,50 +128,180 @@ else
   for j = 1, r do out[j] = 0 end
   k = r
 end
--- The current request's kind, and what it names: den is nil when the kind is invalid.
-local kind, cur, den, window, window_frac, now, extra_ttl, step, step_frac = 1, nil
--- The last value and TTL formatted.
-local last_w, last_value, last_ttl, ttl_arg = false, false, false, false
-for i = 1, n do
-  local key
-  if declared then key = KEYS[i] else key = ARGV[key_base + i] end
-  if q > 1 then kind = tonumber(ARGV[key_arg + i]) end
-  if kind ~= cur then
-    -- A new kind (usually once per call): its rule and step.
-    cur, den = kind, nil
-    local j
-    if kind and kind >= 1 and kind <= q and kind % 1 == 0 then
-      local p = kind_arg + 3 * (kind - 1)
-      j = tonumber(ARGV[p + 1])
-      step, step_frac = tonumber(ARGV[p + 2]), tonumber(ARGV[p + 3])
-    end
-    if j and j >= 1 and j <= r and j % 1 == 0 and step and step_frac then
-      local p = 3 + 5 * (j - 1)
-      local d, w, wf = tonumber(ARGV[p + 1]), tonumber(ARGV[p + 2]), tonumber(ARGV[p + 3])
-      local at, x = ARGV[p + 4], tonumber(ARGV[p + 5])
-      if at == '' then
-        if not server_now then
-          local t = call('TIME')
-          server_now = (tonumber(t[1]) - 1700000000) * 1000000 + tonumber(t[2])
-        end
-        at = server_now
-      else
-        at = tonumber(at)
-        if at and at >= EXACT then at = nil end
+
+-- The current kind, and what it names: den is nil when the kind is invalid. horizon = now + B*T;
+-- spends: its cost is not 0.
+local cur, den, window, window_frac, now, extra_ttl, step, step_frac, horizon, spends
+
+-- Makes kind the current kind (parsing its rule, reading TIME once per call when asked).
+local function select_kind(kind)
+  cur, den = kind, nil
+  local j
+  if kind and kind >= 1 and kind <= q and kind % 1 == 0 then
+    local p = kind_arg + 3 * (kind - 1)
+    j = tonumber(ARGV[p + 1])
+    step, step_frac = tonumber(ARGV[p + 2]), tonumber(ARGV[p + 3])
+  end
+  if j and j >= 1 and j <= r and j % 1 == 0 and step and step_frac then
+    local p = 3 + 5 * (j - 1)
+    local d, w, wf = tonumber(ARGV[p + 1]), tonumber(ARGV[p + 2]), tonumber(ARGV[p + 3])
+    local at, x = ARGV[p + 4], tonumber(ARGV[p + 5])
+    if at == '' then
+      if not server_now then
+        local t = call('TIME')
+        server_now = (tonumber(t[1]) - 1700000000) * 1000000 + tonumber(t[2])
       end
-      if d and w and wf and x and at and d >= 1 and wf < d and x < EXACT then
-        if mode ~= 'a' then out[j] = at end
-        if step_frac < d then
-          den, window, window_frac, now, extra_ttl = d, w, wf, at, x
+      at = server_now
+    else
+      at = tonumber(at)
+      if at and at >= EXACT then at = nil end
+    end
+    if d and w and wf and x and at and d >= 1 and wf < d and x < EXACT then
+      if mode ~= 'a' then out[j] = at end
+      if step_frac < d then
+        den, window, window_frac, now, extra_ttl = d, w, wf, at, x
+        horizon, spends = at + w, step > 0 or step_frac > 0
+      end
+    end
+  end
+end
+
+-- The TAT a stored value gives under the current kind: tat, tat_frac (max(stored, now)) and
+-- whether the value was beyond the horizon (normalized); nil when it is not a GCRA state.
+local function state(stored)
+  local whole, frac, over
+  if #stored <= 16 and #stored > 0 and not find(stored, '%D') then
+    whole, frac, over = tonumber(stored), 0, den
+  elseif #stored <= 50 then
+    local w, f, d = match(stored, '^(%d+)%+(%d+)/(%d+)$')
+    if w and #w <= 16 and #f <= 16 and #d <= 16 then
+      whole, frac, over = tonumber(w), tonumber(f), tonumber(d)
+    end
+  end
+  if not whole or whole >= EXACT or over >= EXACT or frac >= over then return nil end
+  if frac > 0 and over ~= den then whole, frac = whole + 1, 0 end
+  local normalized = false
+  if whole > horizon or (whole == horizon and frac > window_frac) then
+    whole, frac, normalized = horizon, window_frac, true
+  end
+  if whole > now or (whole == now and frac > 0) then return whole, frac, normalized end
+  return now, 0, normalized
+end
+
+-- The TAT after one request of the current kind against tat, and whether it fits the burst.
+local function spend(tat, tat_frac)
+  local cand, cand_frac = tat + step, tat_frac + step_frac
+  if cand_frac >= den then cand, cand_frac = cand + 1, cand_frac - den end
+  return cand, cand_frac, cand < horizon or (cand == horizon and cand_frac <= window_frac)
+end
+
+-- The value and the PX argument that store the TAT w + f/den; a value or TTL equal to the
+-- previous one is not formatted again.
+local last_w, last_value, last_ttl, ttl_arg = false, false, false, false
+local function encode(w, f)
+  local ttl_us = w - now
+  if f > 0 then ttl_us = ttl_us + 1 end
+  local part = ttl_us % 1000
+  local ttl_ms = (ttl_us - part) / 1000 + extra_ttl
+  if part > 0 then ttl_ms = ttl_ms + 1 end
+  if ttl_ms < 1 then ttl_ms = 1 end
+  if ttl_ms ~= last_ttl then last_ttl, ttl_arg = ttl_ms, format('%d', ttl_ms) end
+  if f > 0 then return format('%d+%d/%d', w, f, den), ttl_arg end
+  if w ~= last_w then last_w, last_value = w, format('%d', w) end
+  return last_value, ttl_arg
+end
+
+-- The reply of a request decided against tat (status 0).
+local function reply(tat, tat_frac)
+  if tat_frac > 0 then
+    out[k + 1], out[k + 2], out[k + 3] = -4, tat, tat_frac
+    k = k + 3
+  else
+    out[k + 1] = tat
+    k = k + 1
+  end
+end
+
+local fast = false
+if mode == 't' and read and q == 1 then
+  select_kind(1)
+  fast = den ~= nil
+end
+
+if fast then
+  -- The common coalesced call: tolerant, one kind, keys read by MGET. A key with no value is
+  -- decided against now, the same for every such key: its write is computed once.
+  local fresh_value, fresh_ttl = false, false
+  local fresh, fresh_frac, fresh_fits = spend(now, 0)
+  if spends and fresh_fits then fresh_value, fresh_ttl = encode(fresh, fresh_frac) end
+  for i = 1, n do
+    local key = KEYS[i]
+    local stored = written and written[key] or read[i]
+    if not stored then
+      -- No key, or one of another type (MGET answers nil for both): SET .. GET writes the
+      -- first and fails on the second, changing nothing; without a write, GET tells them apart.
+      local failed
+      if fresh_value then
+        local done = pcall('SET', key, fresh_value, 'PX', fresh_ttl, 'GET')
+        failed = done and done.err
+        if not failed then
+          if not written then written = {} end
+          written[key] = fresh_value
+        end
+      else
+        failed = type(pcall('GET', key)) == 'table'
+      end
+      if failed then out[k + 1] = -3 else out[k + 1] = now end
+      k = k + 1
+    else
+      local tat, tat_frac, normalized = state(stored)
+      if not tat then
+        out[k + 1] = -1
+        k = k + 1
+      else
+        -- spend and reply, inlined: a Lua call costs about 300 server instructions, and this
+        -- is the per-key path of the commonest call.
+        local cand, cand_frac = tat + step, tat_frac + step_frac
+        if cand_frac >= den then cand, cand_frac = cand + 1, cand_frac - den end
+        local fits = cand < horizon or (cand == horizon and cand_frac <= window_frac)
+        local failed = false
+        if spends and (fits or normalized) then
+          local w, f = tat, tat_frac
+          if fits then w, f = cand, cand_frac end
+          local value, ttl = encode(w, f)
+          local done = pcall('SET', key, value, 'PX', ttl)
+          failed = done.err
+          if not failed then
+            if not written then written = {} end
+            written[key] = value
+          end
+        end
+        if failed then
+          out[k + 1] = -3
+          k = k + 1
+        elseif tat_frac > 0 then
+          out[k + 1], out[k + 2], out[k + 3] = -4, tat, tat_frac
+          k = k + 3
+        else
+          out[k + 1] = tat
+          k = k + 1
         end
       end
     end
   end
-  local status, allowed, tat, tat_frac, base, base_frac = 0, 0, 0, 0, 0, 0
+  return out
+end
+
+local kind = 1
+for i = 1, n do
+  local key
+  if declared then key = KEYS[i] else key = ARGV[key_base + i] end
+  if q > 1 then kind = tonumber(ARGV[key_arg + i]) end
+  if kind ~= cur then select_kind(kind) end
+  local status, allowed, tat, tat_frac, base, base_frac = 0, false, 0, 0, 0, 0
   if not (key and den) then
     status = 2
   else
-    local horizon = now + window
     local normalized, verify = false, false
     tat = now
     local earlier = pending and pending[key]
@@ -193,53 +326,23 @@ for i = 1, n do
         end
       end
       if status == 0 and stored then
-        local whole, frac, over
-        if #stored <= 16 and #stored > 0 and not find(stored, '%D') then
-          whole, frac, over = tonumber(stored), 0, den
-        elseif #stored <= 50 then
-          local w, f, d = match(stored, '^(%d+)%+(%d+)/(%d+)$')
-          if w and #w <= 16 and #f <= 16 and #d <= 16 then
-            whole, frac, over = tonumber(w), tonumber(f), tonumber(d)
-          end
-        end
-        if not whole or whole >= EXACT or over >= EXACT or frac >= over then
-          status = 1
-        else
-          if frac > 0 and over ~= den then whole, frac = whole + 1, 0 end
-          if whole > horizon or (whole == horizon and frac > window_frac) then
-            whole, frac, normalized = horizon, window_frac, true
-          end
-          if whole > now or (whole == now and frac > 0) then tat, tat_frac = whole, frac end
-        end
+        tat, tat_frac, normalized = state(stored)
+        if not tat then status, tat, tat_frac = 1, 0, 0 end
       end
       base, base_frac = tat, tat_frac
     end
     if status == 0 then
-      local cand, cand_frac = tat + step, tat_frac + step_frac
-      if cand_frac >= den then cand, cand_frac = cand + 1, cand_frac - den end
-      if cand < horizon or (cand == horizon and cand_frac <= window_frac) then allowed = 1 end
-      local spends = step > 0 or step_frac > 0
-      local writes = spends and (mode == 'a' or allowed == 1 or normalized)
-      local value
+      local cand, cand_frac
+      cand, cand_frac, allowed = spend(tat, tat_frac)
+      local writes = spends and (mode == 'a' or allowed or normalized)
+      local value, ttl
       if writes then
         local w, f = tat, tat_frac
-        if allowed == 1 or mode == 'a' then w, f = cand, cand_frac end
-        local ttl_us = w - now
-        if f > 0 then ttl_us = ttl_us + 1 end
-        local part = ttl_us % 1000
-        local ttl_ms = (ttl_us - part) / 1000 + extra_ttl
-        if part > 0 then ttl_ms = ttl_ms + 1 end
-        if ttl_ms < 1 then ttl_ms = 1 end
-        if f > 0 then
-          value = format('%d+%d/%d', w, f, den)
-        else
-          if w ~= last_w then last_w, last_value = w, format('%d', w) end
-          value = last_value
-        end
-        if ttl_ms ~= last_ttl then last_ttl, ttl_arg = ttl_ms, format('%d', ttl_ms) end
+        if allowed or mode == 'a' then w, f = cand, cand_frac end
+        value, ttl = encode(w, f)
       end
       if mode == 'a' then
-        if allowed == 0 then committed = 0 end
+        if not allowed then committed = 0 end
         local e = pending[key]
         if not e then
           e = {0, 0, den, base, base_frac, false, false, false, den}
@@ -247,14 +350,14 @@ for i = 1, n do
           order[#order + 1] = key
         end
         e[1], e[2], e[3] = cand, cand_frac, den
-        if writes then e[6], e[7], e[8] = value, ttl_arg, true end
+        if writes then e[6], e[7], e[8] = value, ttl, true end
       elseif writes then
         if mode == 't' then
           local done
           if verify then
-            done = pcall('SET', key, value, 'PX', ttl_arg, 'GET')
+            done = pcall('SET', key, value, 'PX', ttl, 'GET')
           else
-            done = pcall('SET', key, value, 'PX', ttl_arg)
+            done = pcall('SET', key, value, 'PX', ttl)
           end
           -- An error is a table with err; SET answers a status table, SET .. GET a nil (false).
           if done and done.err then
@@ -264,7 +367,7 @@ for i = 1, n do
             written[key] = value
           end
         else
-          call('SET', key, value, 'PX', ttl_arg)
+          call('SET', key, value, 'PX', ttl)
         end
       elseif verify and type(pcall('GET', key)) == 'table' then
         status = 3
@@ -272,24 +375,22 @@ for i = 1, n do
     end
   end
   if mode == 'a' then
+    local fits = 0
+    if allowed then fits = 1 end
     if status ~= 0 then
       committed = 0
       out[k + 1], out[k + 2], out[k + 3], out[k + 4], out[k + 5], out[k + 6], out[k + 7] =
         status, 0, 0, 0, 0, 0, 0
     else
-      out[k + 1], out[k + 2], out[k + 3], out[k + 4] = 0, allowed, tat, tat_frac
+      out[k + 1], out[k + 2], out[k + 3], out[k + 4] = 0, fits, tat, tat_frac
       out[k + 5], out[k + 6], out[k + 7] = now, base, base_frac
     end
     k = k + 7
   elseif status ~= 0 then
     out[k + 1] = -status
     k = k + 1
-  elseif tat_frac > 0 then
-    out[k + 1], out[k + 2], out[k + 3] = -4, tat, tat_frac
-    k = k + 3
   else
-    out[k + 1] = tat
-    k = k + 1
+    reply(tat, tat_frac)
   end
 end
 if mode == 'a' then
