@@ -126,13 +126,32 @@ mod redis {
     }
 
     #[tokio::test]
-    async fn store_settings_need_a_quota_a_redis_url_and_no_limiter_of_ones_own() {
+    async fn store_settings_need_redis_no_limiter_of_ones_own_and_two_tier_a_quota() {
         let own = || KeyedRateLimiter::<Vec<u8>>::new(quota());
         let cases = [
+            // Refused before connecting: nothing listens on port 1.
             (
-                Guard::builder().redis("redis://127.0.0.1:1"),
-                BuildError::NeedsQuota { setting: "redis" },
+                Guard::builder().redis("redis://127.0.0.1:1").two_tier(5),
+                BuildError::NeedsQuota {
+                    setting: "two_tier",
+                },
                 "add GuardBuilder::quota",
+            ),
+            (
+                Guard::builder().redis_prefix("app:"),
+                BuildError::NeedsRedis {
+                    setting: "redis_prefix",
+                },
+                "add GuardBuilder::redis(url) or remove redis_prefix",
+            ),
+            (
+                Guard::builder()
+                    .quota(quota())
+                    .redis_timeout(std::time::Duration::from_secs(1)),
+                BuildError::NeedsRedis {
+                    setting: "redis_timeout",
+                },
+                "remove redis_timeout",
             ),
             (
                 Guard::builder().quota(quota()).two_tier(5),
@@ -234,5 +253,49 @@ mod redis {
         assert!(error.to_string().contains("use a batch of at most 10"));
         let two_tier = two_tier(5).await.unwrap();
         assert!(two_tier.admit(b"t").await.unwrap().allowed);
+    }
+    #[cfg(feature = "tower")]
+    #[tokio::test]
+    async fn redis_without_a_quota_keeps_the_quota_layers_there_and_admit_says_no_quota() {
+        let server = support::RedisServer::start();
+        let guard = Guard::builder()
+            .redis(server.url())
+            .redis_prefix("bare:")
+            .build()
+            .await
+            .unwrap();
+        let error = guard.admit(b"k").await.unwrap_err();
+        assert!(error.to_string().contains("GuardBuilder::quota"), "{error}");
+
+        let layer = guard
+            .quota_layer(
+                flowguard::gcra::layer::QuotaLayer::builder(
+                    flowguard::gcra::layer::HeaderKey::new("x-api-key").unwrap(),
+                )
+                .policy(flowguard::gcra::layer::Policy::per_key("minute", quota())),
+            )
+            .unwrap();
+        let demand = [flowguard::gcra::Demand {
+            limit: 0,
+            key: b"k",
+            cost: 1,
+        }];
+        assert!(layer.set().check_all(&demand).await.unwrap().allowed());
+        let keys = server.cli(&["KEYS", "bare:*"]);
+        assert_eq!(keys.trim(), "bare:default:minute:={k}");
+    }
+
+    #[tokio::test]
+    async fn a_zero_redis_timeout_is_refused_with_what_to_change() {
+        let server = support::RedisServer::start();
+        let error = Guard::builder()
+            .quota(quota())
+            .redis(server.url())
+            .redis_timeout(std::time::Duration::ZERO)
+            .build()
+            .await
+            .unwrap_err();
+        assert!(matches!(error, BuildError::Redis(_)), "{error:?}");
+        assert!(error.to_string().contains("timeout"), "{error}");
     }
 }

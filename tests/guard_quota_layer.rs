@@ -269,3 +269,145 @@ mod redis {
         assert!(err.to_string().contains("rename"), "{err}");
     }
 }
+
+/// A guard on a real local Redis Cluster (3 masters, 3 replicas), from a `redis+cluster://` URL
+/// and without a quota of its own: one identity's quotas share a hash slot, so they are decided
+/// in one script call on its master; a global quota's key lies in another slot, so a request
+/// that also counts against it is peeked on both slots, then spent.
+#[cfg(feature = "redis")]
+mod cluster {
+    use super::*;
+    use support::RedisCluster;
+
+    /// Script runs (`EVALSHA` + `EVAL`, less failed ones such as a first `NOSCRIPT`) on the
+    /// cluster's masters since they started.
+    fn script_calls(cluster: &RedisCluster) -> u64 {
+        let field = |line: &str, name: &str| -> u64 {
+            line.split(',')
+                .find_map(|f| f.rsplit_once(name)?.1.parse().ok())
+                .unwrap_or(0)
+        };
+        cluster
+            .nodes
+            .iter()
+            .filter(|n| n.cli(&["role"]).starts_with("master"))
+            .flat_map(|n| {
+                n.cli(&["INFO", "commandstats"])
+                    .lines()
+                    .filter(|l| l.starts_with("cmdstat_evalsha:") || l.starts_with("cmdstat_eval:"))
+                    .map(|l| field(l, "calls=") - field(l, "failed_calls="))
+                    .collect::<Vec<_>>()
+            })
+            .sum()
+    }
+
+    async fn guard_on(cluster: &RedisCluster, prefix: &str) -> Guard {
+        let nodes: Vec<String> = cluster.nodes.iter().map(|n| n.addr()).collect();
+        Guard::builder()
+            .redis(format!("redis+cluster://{}", nodes.join(",")))
+            .redis_prefix(prefix)
+            // These tests count calls and decisions, not latency: a slow moment of a loaded
+            // machine must not turn a decision into a degraded one.
+            .redis_timeout(Duration::from_secs(5))
+            .build()
+            .await
+            .unwrap()
+    }
+
+    async fn send(svc: &QuotaLayer<Arc<dyn LimitSet>, HeaderKey>, key: &str) -> StatusCode {
+        let svc = svc.layer(service_fn(|_: Request<()>| async {
+            Ok::<_, Infallible>(Response::new(String::new()))
+        }));
+        let request = Request::builder()
+            .header("x-api-key", key)
+            .body(())
+            .unwrap();
+        svc.oneshot(request).await.unwrap().status()
+    }
+
+    #[tokio::test]
+    async fn one_identity_s_quotas_take_one_call_and_a_global_quota_is_peeked_then_spent() {
+        let cluster = RedisCluster::start();
+        let guard = guard_on(&cluster, "gqc:").await;
+        // The three quotas behave on a cluster as on one server.
+        check_three_quotas(&guard, b"*").await;
+
+        // Two per-key quotas: one call per request, for identities spread over every master.
+        let per_key = guard
+            .quota_layer(
+                QuotaLayer::builder(HeaderKey::new("x-api-key").unwrap())
+                    .policy(Policy::per_key("second", Quota::per_minute(10).unwrap()))
+                    .policy(Policy::per_key("day", Quota::per_hour(100).unwrap())),
+            )
+            .unwrap();
+        let ids: Vec<String> = (0..32).map(|i| format!("id-{i}")).collect();
+        let masters: std::collections::BTreeSet<usize> = ids
+            .iter()
+            .map(|id| {
+                let slot = cluster.keyslot(id.as_bytes());
+                cluster
+                    .view_from(0)
+                    .iter()
+                    .find(|n| n.master && n.slots.iter().any(|&(a, b)| (a..=b).contains(&slot)))
+                    .map(|n| cluster.index_of(n.port))
+                    .unwrap()
+            })
+            .collect();
+        assert_eq!(masters.len(), 3, "the identities reach every master");
+        for id in &ids {
+            // Loads the script on every master, so that the next round counts no NOSCRIPT.
+            assert_eq!(send(&per_key, id).await, StatusCode::OK);
+        }
+        let before = script_calls(&cluster);
+        for id in &ids {
+            assert_eq!(send(&per_key, id).await, StatusCode::OK);
+        }
+        assert_eq!(
+            script_calls(&cluster) - before,
+            ids.len() as u64,
+            "one script call per request"
+        );
+        // Each identity's keys, one per quota, as stored, share its slot.
+        let stored: Vec<String> = cluster
+            .nodes
+            .iter()
+            .filter(|n| n.cli(&["role"]).starts_with("master"))
+            .flat_map(|n| {
+                n.cli(&["--scan", "--pattern", "gqc:default:*"])
+                    .lines()
+                    .map(str::to_owned)
+                    .collect::<Vec<_>>()
+            })
+            .collect();
+        for id in &ids {
+            let tag = format!("={{{id}}}");
+            let slots: Vec<u16> = stored
+                .iter()
+                .filter(|k| k.ends_with(&tag))
+                .map(|k| cluster.keyslot(k.as_bytes()))
+                .collect();
+            assert_eq!(slots.len(), 2, "{id}: one key per quota in {stored:?}");
+            assert_eq!(slots[0], slots[1], "{id}");
+        }
+
+        // Per key and global: an allowed request peeks both slots, then spends on both; a
+        // denied one only peeks.
+        let with_global = guard
+            .quota_layer(
+                QuotaLayer::builder(HeaderKey::new("x-api-key").unwrap())
+                    .policy(Policy::per_key("own", Quota::per_minute(1).unwrap()))
+                    .policy(Policy::global("all", Quota::per_minute(100).unwrap())),
+            )
+            .unwrap();
+        let before = script_calls(&cluster);
+        assert_eq!(send(&with_global, "g").await, StatusCode::OK);
+        assert_eq!(
+            script_calls(&cluster) - before,
+            4,
+            "allowed: 2 peeks, 2 spends"
+        );
+        let before = script_calls(&cluster);
+        assert_eq!(send(&with_global, "g").await, StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(script_calls(&cluster) - before, 2, "denied: 2 peeks");
+    }
+}

@@ -72,9 +72,11 @@ impl GuardBuilder {
         self
     }
 
-    /// Keeps the [`quota`](Self::quota) in Redis, shared by every instance: `redis://` (or
+    /// Keeps the [`quota`](Self::quota), and the quotas of the guard's
+    /// [`quota_layer`](Guard::quota_layer)s, in Redis, shared by every instance: `redis://` (or
     /// `rediss://` for TLS, feature `redis-tls`) for one server, `redis+cluster://h1:p1,h2:p2`
-    /// (`rediss+cluster://`) for a Redis Cluster; see `RedisTarget`.
+    /// (`rediss+cluster://`) for a Redis Cluster; see `RedisTarget`. Without a `quota`, the
+    /// guard's store serves its quota layers only.
     /// [`build`](Self::build) connects, and a server it cannot reach or credentials it refuses
     /// are a [`BuildError::Redis`]. Feature `redis`.
     #[cfg(feature = "redis")]
@@ -88,6 +90,16 @@ impl GuardBuilder {
     #[cfg(feature = "redis")]
     pub fn redis_prefix(mut self, prefix: impl AsRef<[u8]>) -> Self {
         self.store.prefix = Some(prefix.as_ref().to_vec());
+        self
+    }
+
+    /// The most one Redis decision may take before the failure policy answers for it (default
+    /// [`DEFAULT_TIMEOUT`](crate::gcra::redis::DEFAULT_TIMEOUT), 50 ms): a round trip to a
+    /// server further away, or a cluster that may be failing over, may want more. Needs
+    /// [`redis`](Self::redis); zero is a [`BuildError::Redis`]. Feature `redis`.
+    #[cfg(feature = "redis")]
+    pub fn redis_timeout(mut self, timeout: Duration) -> Self {
+        self.store.timeout = Some(timeout);
         self
     }
 
@@ -152,8 +164,8 @@ impl GuardBuilder {
     ///
     /// # Errors
     /// A [`BuildError`] saying what to change: both a quota and a limiter
-    /// ([`QuotaAndRateLimit`](BuildError::QuotaAndRateLimit)), a store setting without a quota
-    /// or without Redis, a Redis URL that cannot be read or a server that cannot be reached, a
+    /// ([`QuotaAndRateLimit`](BuildError::QuotaAndRateLimit)), a store setting beside a limiter
+    /// of your own or without Redis, two-tier without a quota, a Redis URL that cannot be read or a server that cannot be reached, a
     /// two-tier batch or failure policy the quota does not allow.
     pub async fn build(self) -> Result<Guard, BuildError> {
         let concurrency = match self.concurrency {
@@ -176,24 +188,13 @@ impl GuardBuilder {
                 .map_err(BuildError::Concurrency)?;
         let (admission, kept) = match (self.quota, self.rate_limit) {
             (Some(_), Some(_)) => return Err(BuildError::QuotaAndRateLimit),
-            (Some(quota), None) => {
-                let (limit, kept) = self.store.open(quota).await?;
-                (Some(limit), kept)
-            }
-            (None, limit) => {
+            (None, Some(limit)) => {
                 if let Some(setting) = self.store.first_setting() {
-                    return Err(match limit {
-                        Some(_) => BuildError::SettingWithRateLimit { setting },
-                        None => BuildError::NeedsQuota { setting },
-                    });
+                    return Err(BuildError::SettingWithRateLimit { setting });
                 }
-                let kept = if limit.is_some() {
-                    Kept::Own
-                } else {
-                    Kept::Memory
-                };
-                (limit, kept)
+                (Some(limit), Kept::Own)
             }
+            (quota, None) => self.store.open(quota).await?,
         };
         Ok(Guard {
             admission,

@@ -13,14 +13,14 @@ pub enum BuildError {
     /// Both [`quota`](super::GuardBuilder::quota) and
     /// [`rate_limit`](super::GuardBuilder::rate_limit) were given: a limiter brings its own quota.
     QuotaAndRateLimit,
-    /// A setting of the store flowguard builds for the quota (e.g. `redis`, `two_tier`) was given
-    /// without a [`quota`](super::GuardBuilder::quota).
+    /// [`two_tier`](super::GuardBuilder::two_tier) was given without a
+    /// [`quota`](super::GuardBuilder::quota) for it to batch.
     NeedsQuota {
         /// The builder method given.
         setting: &'static str,
     },
     /// A setting of a Redis store (e.g. `two_tier`, `failure_policy`, `redis_prefix`) was given
-    /// for a quota kept in memory.
+    /// without [`redis`](super::GuardBuilder::redis): the guard keeps its quotas in memory.
     NeedsRedis {
         /// The builder method given.
         setting: &'static str,
@@ -54,13 +54,13 @@ impl fmt::Display for BuildError {
             ),
             BuildError::NeedsQuota { setting } => write!(
                 f,
-                "GuardBuilder::{setting} configures where the inbound quota is kept, but no quota is set: \
-                 add GuardBuilder::quota"
+                "GuardBuilder::{setting} batches the guard's own quota, but no quota is set: \
+                 add GuardBuilder::quota, or remove {setting} (quota layers are decided exactly)"
             ),
             BuildError::NeedsRedis { setting } => write!(
                 f,
-                "GuardBuilder::{setting} applies to a quota kept in Redis, but this one is kept in memory: \
-                 add GuardBuilder::redis(url) or remove {setting}"
+                "GuardBuilder::{setting} applies to quotas kept in Redis, but this guard keeps its quotas \
+                 in memory: add GuardBuilder::redis(url) or remove {setting}"
             ),
             BuildError::SettingWithRateLimit { setting } => write!(
                 f,

@@ -18,6 +18,8 @@ pub(super) struct StoreSettings {
     pub(super) failure_policy: Option<crate::gcra::remote::FailurePolicy>,
     #[cfg(feature = "redis")]
     pub(super) two_tier_batch: Option<u32>,
+    #[cfg(feature = "redis")]
+    pub(super) timeout: Option<std::time::Duration>,
 }
 
 impl StoreSettings {
@@ -31,6 +33,7 @@ impl StoreSettings {
                 ("redis_prefix", self.prefix.is_some()),
                 ("failure_policy", self.failure_policy.is_some()),
                 ("two_tier", self.two_tier_batch.is_some()),
+                ("redis_timeout", self.timeout.is_some()),
             ];
             given
                 .into_iter()
@@ -41,18 +44,26 @@ impl StoreSettings {
         None
     }
 
-    /// The limiter keeping `quota`: in memory, or (with a Redis URL) connected to Redis now; and
-    /// where it is kept.
+    /// The limiter keeping `quota`, if any: in memory, or (with a Redis URL) connected to Redis
+    /// now; and where the guard keeps quotas, for its quota layers. A Redis URL without a quota
+    /// opens the store for the quota layers alone; two-tier needs a quota, and is refused before
+    /// connecting.
     pub(super) async fn open(
         self,
-        quota: Quota,
-    ) -> Result<(Arc<dyn KeyedLimit>, Kept), BuildError> {
+        quota: Option<Quota>,
+    ) -> Result<(Option<Arc<dyn KeyedLimit>>, Kept), BuildError> {
         #[cfg(feature = "redis")]
         if let Some(url) = self.url {
+            if quota.is_none() && self.two_tier_batch.is_some() {
+                return Err(BuildError::NeedsQuota {
+                    setting: "two_tier",
+                });
+            }
             return redis(
                 url,
                 self.prefix,
                 self.failure_policy,
+                self.timeout,
                 self.two_tier_batch,
                 quota,
             )
@@ -61,10 +72,9 @@ impl StoreSettings {
         if let Some(setting) = self.first_setting() {
             return Err(BuildError::NeedsRedis { setting });
         }
-        Ok((
-            Arc::new(KeyedRateLimiter::<Vec<u8>>::new(quota)),
-            Kept::Memory,
-        ))
+        let limit = quota
+            .map(|quota| Arc::new(KeyedRateLimiter::<Vec<u8>>::new(quota)) as Arc<dyn KeyedLimit>);
+        Ok((limit, Kept::Memory))
     }
 }
 
@@ -73,7 +83,7 @@ impl StoreSettings {
 #[derive(Clone, Debug)]
 #[cfg_attr(not(feature = "tower"), allow(dead_code))]
 pub(super) enum Kept {
-    /// In memory, or no quota: layers keep theirs in memory.
+    /// In memory, or no quota and no Redis: layers keep theirs in memory.
     Memory,
     /// A limiter of the user's own ([`rate_limit`](super::GuardBuilder::rate_limit)), whose
     /// store the guard does not know.
@@ -91,49 +101,62 @@ pub(super) enum Kept {
     TwoTier,
 }
 
-/// A [`RemoteRateLimiter`](crate::gcra::remote::RemoteRateLimiter) over a Redis store at `url`,
-/// wrapped in a [`TwoTierLimiter`](crate::gcra::two_tier::TwoTierLimiter) when a batch is given.
+/// The Redis store at `url` and, for a quota, a
+/// [`RemoteRateLimiter`](crate::gcra::remote::RemoteRateLimiter) over it, wrapped in a
+/// [`TwoTierLimiter`](crate::gcra::two_tier::TwoTierLimiter) when a batch is given.
 #[cfg(feature = "redis")]
 async fn redis(
     url: String,
     prefix: Option<Vec<u8>>,
     failure_policy: Option<crate::gcra::remote::FailurePolicy>,
+    timeout: Option<std::time::Duration>,
     two_tier_batch: Option<u32>,
-    quota: Quota,
-) -> Result<(Arc<dyn KeyedLimit>, Kept), BuildError> {
+    quota: Option<Quota>,
+) -> Result<(Option<Arc<dyn KeyedLimit>>, Kept), BuildError> {
     use super::redis_url::RedisTarget;
     use crate::gcra::redis::RedisStore;
     use crate::gcra::remote::RemoteRateLimiter;
     use crate::gcra::two_tier::TwoTierLimiter;
 
-    let builder = match RedisTarget::parse(&url).map_err(BuildError::RedisUrl)? {
+    let mut builder = match RedisTarget::parse(&url).map_err(BuildError::RedisUrl)? {
         RedisTarget::Standalone { url } => RedisStore::builder(url),
         RedisTarget::Cluster { nodes } => RedisStore::cluster_builder(nodes),
     };
-    let builder = match prefix {
-        Some(prefix) => builder.prefix(prefix),
-        None => builder,
-    };
+    if let Some(prefix) = prefix {
+        builder = builder.prefix(prefix);
+    }
+    if let Some(timeout) = timeout {
+        builder = builder.timeout(timeout);
+    }
     let store = builder.connect().await.map_err(BuildError::Redis)?;
     let failure_policy = failure_policy.unwrap_or_default();
+    let Some(quota) = quota else {
+        return Ok((
+            None,
+            Kept::Redis {
+                store,
+                failure_policy,
+            },
+        ));
+    };
     let remote = RemoteRateLimiter::builder(store.clone(), quota)
         .failure_policy(failure_policy)
         .build()
         .map_err(BuildError::Store)?;
     Ok(match two_tier_batch {
         None => (
-            Arc::new(remote),
+            Some(Arc::new(remote)),
             Kept::Redis {
                 store,
                 failure_policy,
             },
         ),
         Some(batch) => (
-            Arc::new(
+            Some(Arc::new(
                 TwoTierLimiter::builder(remote, batch)
                     .build()
                     .map_err(BuildError::Store)?,
-            ),
+            )),
             Kept::TwoTier,
         ),
     })
