@@ -56,6 +56,7 @@ impl<F, C> ResponseFuture<F, C> {
     }
 
     /// A call that was not made: no permit, for `cause`.
+    #[inline]
     pub(super) fn shed(cause: AcquireError) -> Self {
         Self {
             state: State::Shed { cause },

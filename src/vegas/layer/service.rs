@@ -20,30 +20,36 @@ use crate::vegas::limiter::{OwnedPermit, Permit};
 /// Waiting for a permit, up to the bound: boxed, as it outlives the `poll_ready` that started it.
 type Wait = Pin<Box<dyn Future<Output = Result<OwnedPermit, AcquireError>> + Send>>;
 
-/// Where the service stands between `poll_ready` and `call`.
-enum Readiness {
-    /// No permit taken yet.
-    Idle,
-    /// Queued for a permit. In a mutex only so that the service is `Sync` (frameworks such as
-    /// axum ask for it); it is reached through `&mut self`, so never locked.
-    Waiting(Mutex<Wait>),
+/// Where the service stands between `poll_ready` and `call`: at most one of the three is set
+/// (none: no permit taken yet). Separate fields rather than one enum, so that the common path
+/// (take a permit, hold it, spend it) moves nothing but the permit.
+struct Readiness {
     /// A permit for the next call. While it waits for the call it reports
     /// [`Outcome::Ignored`] if dropped; `on_cancel` is what it reports once spent.
-    Ready {
-        permit: OwnedPermit,
-        on_cancel: Outcome,
-    },
+    permit: Option<OwnedPermit>,
+    on_cancel: Outcome,
+    /// Queued for a permit. In a mutex only so that the service is `Sync` (frameworks such as
+    /// axum ask for it); it is reached through `&mut self`, so never locked.
+    waiting: Option<Mutex<Wait>>,
     /// No permit within the bound: the next call is shed.
-    Shed(AcquireError),
+    shed: Option<AcquireError>,
 }
 
 impl Readiness {
+    const IDLE: Readiness = Readiness {
+        permit: None,
+        on_cancel: Outcome::Ignored,
+        waiting: None,
+        shed: None,
+    };
+
     /// Holds `permit` for the next call.
-    fn ready(mut permit: OwnedPermit) -> Self {
-        let on_cancel = permit.unfinished();
+    #[inline]
+    fn hold(&mut self, mut permit: OwnedPermit) {
+        self.on_cancel = permit.unfinished();
         // Not spent yet: dropped unused, it measured no call.
         permit.set_unfinished(Outcome::Ignored);
-        Readiness::Ready { permit, on_cancel }
+        self.permit = Some(permit);
     }
 }
 
@@ -66,7 +72,7 @@ impl<S, C> AdaptiveConcurrencyService<S, C> {
             inner,
             admission,
             classifier,
-            readiness: Readiness::Idle,
+            readiness: Readiness::IDLE,
         }
     }
 
@@ -97,12 +103,18 @@ where
     type Future = ResponseFuture<S::Future, C>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
-        loop {
-            match &mut self.readiness {
-                Readiness::Idle => match self.admission.try_acquire() {
-                    Ok(permit) => self.readiness = Readiness::ready(permit.into_owned()),
+        let readiness = &mut self.readiness;
+        if readiness.permit.is_none() {
+            if readiness.shed.is_some() {
+                // Ready to answer the next call with the shed.
+                return Poll::Ready(Ok(()));
+            }
+            if readiness.waiting.is_none() {
+                match self.admission.try_acquire() {
+                    Ok(permit) => readiness.hold(permit.into_owned()),
                     Err(full) if self.admission.max_wait().is_zero() => {
-                        self.readiness = Readiness::Shed(full);
+                        readiness.shed = Some(full);
+                        return Poll::Ready(Ok(()));
                     }
                     Err(_) => {
                         let admission = self.admission.clone();
@@ -110,39 +122,48 @@ where
                             Box::pin(
                                 async move { admission.acquire().await.map(Permit::into_owned) },
                             );
-                        self.readiness = Readiness::Waiting(Mutex::new(wait));
+                        readiness.waiting = Some(Mutex::new(wait));
                     }
-                },
-                Readiness::Waiting(wait) => match wait.get_mut().as_mut().poll(cx) {
+                }
+            }
+            if let Some(wait) = &mut readiness.waiting {
+                let waited = match wait.get_mut().as_mut().poll(cx) {
                     Poll::Pending => return Poll::Pending,
-                    Poll::Ready(Ok(permit)) => self.readiness = Readiness::ready(permit),
-                    Poll::Ready(Err(cause)) => self.readiness = Readiness::Shed(cause),
-                },
-                Readiness::Ready { .. } => return self.inner.poll_ready(cx).map_err(Into::into),
-                // Ready to answer the next call with the shed.
-                Readiness::Shed(_) => return Poll::Ready(Ok(())),
+                    Poll::Ready(waited) => waited,
+                };
+                readiness.waiting = None;
+                match waited {
+                    Ok(permit) => readiness.hold(permit),
+                    Err(cause) => {
+                        readiness.shed = Some(cause);
+                        return Poll::Ready(Ok(()));
+                    }
+                }
             }
         }
+        self.inner.poll_ready(cx).map_err(Into::into)
     }
 
     fn call(&mut self, request: Request) -> Self::Future {
-        let permit = match std::mem::replace(&mut self.readiness, Readiness::Idle) {
-            Readiness::Ready {
-                mut permit,
-                on_cancel,
-            } => {
-                permit.set_unfinished(on_cancel);
+        let permit = match self.readiness.permit.take() {
+            Some(mut permit) => {
+                permit.set_unfinished(self.readiness.on_cancel);
                 permit
             }
-            Readiness::Shed(cause) => {
-                tracing::debug!(%cause, "outbound call shed by the concurrency limit");
-                return ResponseFuture::shed(cause);
-            }
-            // Called without `poll_ready` answering ready (a breach of tower's contract): a
-            // permit now, or the call is shed; never more calls than the limit.
-            Readiness::Idle | Readiness::Waiting(_) => match self.admission.try_acquire() {
-                Ok(permit) => permit.into_owned(),
-                Err(cause) => return ResponseFuture::shed(cause),
+            None => match self.readiness.shed.take() {
+                Some(cause) => {
+                    tracing::debug!(%cause, "outbound call shed by the concurrency limit");
+                    return ResponseFuture::shed(cause);
+                }
+                // Called without `poll_ready` answering ready (a breach of tower's contract): a
+                // permit now, or the call is shed; never more calls than the limit.
+                None => {
+                    self.readiness.waiting = None;
+                    match self.admission.try_acquire() {
+                        Ok(permit) => permit.into_owned(),
+                        Err(cause) => return ResponseFuture::shed(cause),
+                    }
+                }
             },
         };
         ResponseFuture::called(self.inner.call(request), permit, self.classifier.clone())
@@ -162,11 +183,15 @@ impl<S: Clone, C: Clone> Clone for AdaptiveConcurrencyService<S, C> {
 
 impl<S: fmt::Debug, C: fmt::Debug> fmt::Debug for AdaptiveConcurrencyService<S, C> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let readiness = match &self.readiness {
-            Readiness::Idle => "idle",
-            Readiness::Waiting(_) => "waiting for a permit",
-            Readiness::Ready { .. } => "holding a permit",
-            Readiness::Shed(_) => "shedding the next call",
+        let r = &self.readiness;
+        let readiness = if r.permit.is_some() {
+            "holding a permit"
+        } else if r.shed.is_some() {
+            "shedding the next call"
+        } else if r.waiting.is_some() {
+            "waiting for a permit"
+        } else {
+            "idle"
         };
         f.debug_struct("AdaptiveConcurrencyService")
             .field("inner", &self.inner)

@@ -152,6 +152,7 @@ impl<'a> Permit<'a> {
 
     /// This permit with its own handle on the limiter, so it no longer borrows the handle it was
     /// acquired from. Still the same permit: its RTT runs from the original grant.
+    #[inline]
     pub fn into_owned(mut self) -> OwnedPermit {
         // Taken here so that dropping `self` releases nothing; the new permit takes over.
         let unfinished = self.unfinished.take();
