@@ -7,12 +7,19 @@
 //! queue is empty. So at low load every decision is one call of its own, as without coalescing,
 //! and under load a call carries what queued during the previous one.
 //!
-//! One call is in flight per lane, so calls of one lane are decided in the order they were queued
-//! (a queued decision that its caller gave up on, e.g. on a timeout, is dropped before it is sent,
-//! spending nothing). A caller that gives up on a call in flight does not hold up the lane: the
-//! queue passes on when its future is dropped. The queue's calls are sent by a spawned task, so
-//! no caller's future does the I/O of other callers' decisions and cancelling one never strands
-//! another.
+//! A full queue (the lane's bound) does not wait for the call in flight: it is sent at once as
+//! a further call, up to [`MAX_IN_FLIGHT`] calls in flight per lane. A round trip then no longer
+//! caps a lane at one batch: the client builds and reads calls while Redis runs the one before.
+//! A queue that is not full waits for a call in flight to return, so calls stay as large as
+//! before and a second call costs Redis no more per decision.
+//!
+//! Calls of a lane are sent in the order their decisions were queued, one after the other on one
+//! connection (or to one node), which runs them in that order: each decision is decided after
+//! every decision queued before it. (A queued decision that its caller gave up on, e.g. on a
+//! timeout, is dropped before it is sent, spending nothing.) A caller that gives up on a call in
+//! flight does not hold up the lane: the queue passes on when its future is dropped. The queue's
+//! calls are sent by spawned tasks, so no caller's future does the I/O of other callers'
+//! decisions and cancelling one never strands another.
 
 use std::collections::VecDeque;
 use std::future::Future;
@@ -38,6 +45,9 @@ pub(crate) trait Caller: Clone + Send + Sync + 'static {
     fn together(&self, requests: &[Request]) -> impl Future<Output = Vec<Answer>> + Send;
 }
 
+/// The most calls in flight on one lane: the first, and one full batch sent while it is in flight.
+pub(crate) const MAX_IN_FLIGHT: usize = 2;
+
 /// The group commit of one connection or node.
 pub(crate) struct Lane {
     max_batch: usize,
@@ -46,9 +56,19 @@ pub(crate) struct Lane {
 
 #[derive(Default)]
 struct State {
-    /// A call of this lane is in flight (or about to be sent).
-    busy: bool,
+    /// Calls of this lane in flight (or about to be sent), at most [`MAX_IN_FLIGHT`].
+    in_flight: usize,
     queue: VecDeque<Waiting>,
+}
+
+impl State {
+    /// Whether the queue is to be sent now, by a call that is not (or no longer) counted in
+    /// flight: when no other call is in flight, or when the queue fills a call (a further call
+    /// beside the one in flight). Drops the decisions whose callers gave up first.
+    fn sends(&mut self, max_batch: usize) -> bool {
+        self.queue.retain(|w| !w.reply.is_closed());
+        !self.queue.is_empty() && (self.in_flight == 0 || self.queue.len() >= max_batch)
+    }
 }
 
 struct Waiting {
@@ -73,12 +93,18 @@ impl Lane {
     ) -> Answer {
         let queued = {
             let mut state = self.state.lock();
-            if state.busy {
+            if state.in_flight > 0 {
                 let (reply, answer) = oneshot::channel();
                 state.queue.push_back(Waiting { request, reply });
+                if state.in_flight < MAX_IN_FLIGHT && state.queue.len() >= self.max_batch {
+                    // A full batch: sent now, beside the call in flight.
+                    state.in_flight += 1;
+                    drop(state);
+                    self.spawn_flush(caller);
+                }
                 Err(answer)
             } else {
-                state.busy = true;
+                state.in_flight = 1;
                 Ok(request)
             }
         };
@@ -100,38 +126,48 @@ impl Lane {
         }
     }
 
-    /// The call in flight is over: send the queue, or mark the lane idle.
+    /// A call in flight is over: send the queue if it is this call's to send (no other call in
+    /// flight, or a full batch), otherwise leave it to the calls still in flight.
     fn pass_on<C: Caller>(self: &Arc<Self>, caller: &C) {
         let mut state = self.state.lock();
-        state.queue.retain(|w| !w.reply.is_closed());
-        if state.queue.is_empty() {
-            state.busy = false;
-            return;
+        state.in_flight -= 1;
+        if state.sends(self.max_batch) {
+            state.in_flight += 1;
+            drop(state);
+            self.spawn_flush(caller);
         }
+    }
+
+    /// Sends the queue from a task of its own, which holds one of the lane's calls in flight
+    /// (already counted).
+    fn spawn_flush<C: Caller>(self: &Arc<Self>, caller: &C) {
         match tokio::runtime::Handle::try_current() {
             Ok(runtime) => {
-                drop(state);
                 let (lane, caller) = (self.clone(), caller.clone());
                 runtime.spawn(async move { lane.flush(&caller).await });
             }
             Err(_) => {
                 // No runtime to send from (it is shutting down): nobody is left to wait.
+                let mut state = self.state.lock();
                 state.queue.clear();
-                state.busy = false;
+                state.in_flight -= 1;
             }
         }
     }
 
-    /// Sends the queue, one call of up to `max_batch` decisions at a time, until it is empty.
+    /// Sends the queue, one call of up to `max_batch` decisions at a time, while it is this
+    /// call's to send (see [`pass_on`](Self::pass_on)).
     async fn flush<C: Caller>(self: &Arc<Self>, caller: &C) {
         loop {
             let batch: Vec<Waiting> = {
                 let mut state = self.state.lock();
-                state.queue.retain(|w| !w.reply.is_closed());
-                if state.queue.is_empty() {
-                    state.busy = false;
+                // The call this task holds is over (or, the first time, not yet sent): its
+                // place goes to the queue only while the queue is this call's to send.
+                state.in_flight -= 1;
+                if !state.sends(self.max_batch) {
                     return;
                 }
+                state.in_flight += 1;
                 let n = state.queue.len().min(self.max_batch);
                 state.queue.drain(..n).collect()
             };
@@ -207,10 +243,15 @@ mod tests {
         Request::new(vec![key], &rule, 1, None, 0).unwrap()
     }
 
+    /// Waits (a bounded number of turns) until `n` calls have been made.
     async fn until_held(recorder: &Recorder, n: usize) {
-        while recorder.held.load(Ordering::SeqCst) < n {
+        for _ in 0..10_000 {
+            if recorder.held.load(Ordering::SeqCst) >= n {
+                return;
+            }
             tokio::task::yield_now().await;
         }
+        panic!("{n} calls were never made: {:?}", recorder.calls.lock());
     }
 
     #[tokio::test(flavor = "current_thread")]
@@ -247,7 +288,62 @@ mod tests {
                 vec![vec![4], vec![5]]
             ]
         );
-        assert!(!lane.state.lock().busy, "idle again");
+        assert_eq!(lane.state.lock().in_flight, 0, "idle again");
+    }
+
+    /// Lets every task spawned so far run until it waits (a current-thread runtime).
+    async fn settle() {
+        for _ in 0..16 {
+            tokio::task::yield_now().await;
+        }
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_full_queue_goes_beside_the_call_in_flight_and_no_further() {
+        let lane = Arc::new(Lane::new(3));
+        let recorder = Recorder::default();
+        let held = || recorder.held.load(Ordering::SeqCst);
+        let mut tasks = Vec::new();
+        let decide = |key: u8| {
+            let (lane, caller) = (lane.clone(), recorder.clone());
+            tokio::spawn(async move { lane.decide(&caller, request(key)).await })
+        };
+        tasks.push(decide(0));
+        until_held(&recorder, 1).await;
+        // Not a full batch: 1 and 2 wait for the call in flight.
+        tasks.extend([decide(1), decide(2)]);
+        settle().await;
+        assert_eq!(held(), 1, "a queue that is not full waits");
+        // 3 fills the batch, which goes at once, beside the call in flight.
+        tasks.push(decide(3));
+        until_held(&recorder, 2).await;
+        // Two full batches queue behind them: two calls are in flight already.
+        tasks.extend((4..10).map(decide));
+        settle().await;
+        assert_eq!(held(), 2, "at most {MAX_IN_FLIGHT} calls in flight");
+        // Each call that returns lets one full batch go.
+        recorder.release.notify_one();
+        until_held(&recorder, 3).await;
+        settle().await;
+        assert_eq!(held(), 3);
+        recorder.release.notify_one();
+        until_held(&recorder, 4).await;
+        recorder.release.notify_one();
+        recorder.release.notify_one();
+        for (key, task) in tasks.into_iter().enumerate() {
+            assert_eq!(task.await.unwrap().unwrap().decision.remaining, key as u32);
+        }
+        assert_eq!(
+            recorder.calls.lock().clone(),
+            vec![
+                vec![vec![0]],
+                vec![vec![1], vec![2], vec![3]],
+                vec![vec![4], vec![5], vec![6]],
+                vec![vec![7], vec![8], vec![9]],
+            ],
+            "calls in queue order, full but for the first"
+        );
+        assert_eq!(lane.state.lock().in_flight, 0, "idle again");
     }
 
     #[tokio::test(flavor = "current_thread")]

@@ -194,10 +194,13 @@ impl RedisStoreBuilder {
     /// `allow-cross-slot-keys` flag); on older servers, and for a key whose slot moved, decisions
     /// are calls of their own.
     ///
-    /// One call is in flight per connection (master), so coalesced decisions flow at most
-    /// `max_batch` per round trip. A [two-tier](crate::gcra::two_tier) limiter whose refills come
-    /// faster than that (many keys, a client thread busy with local decisions, so long round
-    /// trips) queues them past the timeout; give it a larger bound.
+    /// A queue that fills a call does not wait: it is sent at once beside the call in flight, so
+    /// up to two calls are in flight per connection (master), and Redis runs one while the
+    /// client builds or reads the other; they are sent, and run, in queue order. Coalesced
+    /// decisions then flow at most `2 × max_batch` per round trip. A
+    /// [two-tier](crate::gcra::two_tier) limiter whose refills come faster than that (many keys,
+    /// a client thread busy with local decisions, so long round trips) queues them past the
+    /// timeout; give it a larger bound.
     pub fn max_batch(mut self, max_batch: usize) -> Self {
         self.max_batch = max_batch;
         self
