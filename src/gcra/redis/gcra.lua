@@ -70,7 +70,6 @@
 
 local tonumber, find, match, format, unpack = tonumber, string.find, string.match, string.format, unpack
 local call, pcall = redis.call, redis.pcall
-local EXACT = 9007199254740992
 -- Keys per MGET (unpack has a bound on the values it returns).
 local CHUNK = 256
 
@@ -133,10 +132,18 @@ end
 -- spends: its cost is not 0.
 local cur, den, window, window_frac, now, extra_ttl, step, step_frac, horizon, spends
 
--- Makes kind the current kind (parsing its rule, reading TIME once per call when asked).
-local function select_kind(kind)
-  cur, den = kind, nil
-  local j
+-- The helpers below take what they read as arguments and return what they find. A function that
+-- used the call's locals directly would capture each of them, an allocation per local and call
+-- (about 400 server instructions each, measured), which a call of one decision pays in full;
+-- they capture nothing: the library functions come as arguments too, and 2^53
+-- (9007199254740992, below which integers are exact in Lua's doubles) is written out.
+
+-- Kind number kind's rule and step, parsed from ARGV (reading TIME at most once per call):
+-- returns kind, then den, window, window_frac, now, extra_ttl, step, step_frac, horizon, spends
+-- (den nil when the kind cannot be decided), then server_now. out[j] is set to the rule's now
+-- when its rule is valid (not in mode 'a').
+local function select_kind(kind, server_now, q, r, kind_arg, out, mode, tonumber, call)
+  local j, step, step_frac
   if kind and kind >= 1 and kind <= q and kind % 1 == 0 then
     local p = kind_arg + 3 * (kind - 1)
     j = tonumber(ARGV[p + 1])
@@ -154,21 +161,22 @@ local function select_kind(kind)
       at = server_now
     else
       at = tonumber(at)
-      if at and at >= EXACT then at = nil end
+      if at and at >= 9007199254740992 then at = nil end
     end
-    if d and w and wf and x and at and d >= 1 and wf < d and x < EXACT then
+    if d and w and wf and x and at and d >= 1 and wf < d and x < 9007199254740992 then
       if mode ~= 'a' then out[j] = at end
       if step_frac < d then
-        den, window, window_frac, now, extra_ttl = d, w, wf, at, x
-        horizon, spends = at + w, step > 0 or step_frac > 0
+        return kind, d, w, wf, at, x, step, step_frac, at + w, step > 0 or step_frac > 0, server_now
       end
     end
   end
+  return kind, nil, nil, nil, nil, nil, nil, nil, nil, nil, server_now
 end
 
--- The TAT a stored value gives under the current kind: tat, tat_frac (max(stored, now)) and
--- whether the value was beyond the horizon (normalized); nil when it is not a GCRA state.
-local function state(stored)
+-- The TAT a stored value gives under a rule (den, horizon, window_frac, now): tat, tat_frac
+-- (max(stored, now)) and whether the value was beyond the horizon (normalized); nil when it is
+-- not a GCRA state.
+local function state(stored, den, horizon, window_frac, now, find, match, tonumber)
   local whole, frac, over
   if #stored <= 16 and #stored > 0 and not find(stored, '%D') then
     whole, frac, over = tonumber(stored), 0, den
@@ -178,7 +186,9 @@ local function state(stored)
       whole, frac, over = tonumber(w), tonumber(f), tonumber(d)
     end
   end
-  if not whole or whole >= EXACT or over >= EXACT or frac >= over then return nil end
+  if not whole or whole >= 9007199254740992 or over >= 9007199254740992 or frac >= over then
+    return nil
+  end
   if frac > 0 and over ~= den then whole, frac = whole + 1, 0 end
   local normalized = false
   if whole > horizon or (whole == horizon and frac > window_frac) then
@@ -188,43 +198,40 @@ local function state(stored)
   return now, 0, normalized
 end
 
--- The TAT after one request of the current kind against tat, and whether it fits the burst.
-local function spend(tat, tat_frac)
+-- The TAT after one request of step (step, step_frac) against tat, and whether it fits the
+-- burst (horizon, window_frac).
+local function spend(tat, tat_frac, step, step_frac, den, horizon, window_frac)
   local cand, cand_frac = tat + step, tat_frac + step_frac
   if cand_frac >= den then cand, cand_frac = cand + 1, cand_frac - den end
   return cand, cand_frac, cand < horizon or (cand == horizon and cand_frac <= window_frac)
 end
 
--- The value and the PX argument that store the TAT w + f/den; a value or TTL equal to the
--- previous one is not formatted again.
-local last_w, last_value, last_ttl, ttl_arg = false, false, false, false
-local function encode(w, f)
+-- The value and the PX argument that store the TAT w + f/den, decided at now (plus extra_ttl
+-- milliseconds). In a call of several requests, memo holds the last whole value and TTL
+-- formatted ({w, value, ttl, ttl_arg}), so that one equal to the previous one is not formatted
+-- again; a call of one request has no memo (false), which would cost more than it saves.
+local memo = n > 1 and {false, false, false, false}
+local function encode(w, f, now, extra_ttl, den, memo, format)
   local ttl_us = w - now
   if f > 0 then ttl_us = ttl_us + 1 end
   local part = ttl_us % 1000
   local ttl_ms = (ttl_us - part) / 1000 + extra_ttl
   if part > 0 then ttl_ms = ttl_ms + 1 end
   if ttl_ms < 1 then ttl_ms = 1 end
-  if ttl_ms ~= last_ttl then last_ttl, ttl_arg = ttl_ms, format('%d', ttl_ms) end
-  if f > 0 then return format('%d+%d/%d', w, f, den), ttl_arg end
-  if w ~= last_w then last_w, last_value = w, format('%d', w) end
-  return last_value, ttl_arg
-end
-
--- The reply of a request decided against tat (status 0).
-local function reply(tat, tat_frac)
-  if tat_frac > 0 then
-    out[k + 1], out[k + 2], out[k + 3] = -4, tat, tat_frac
-    k = k + 3
-  else
-    out[k + 1] = tat
-    k = k + 1
+  if not memo then
+    if f > 0 then return format('%d+%d/%d', w, f, den), format('%d', ttl_ms) end
+    return format('%d', w), format('%d', ttl_ms)
   end
+  if ttl_ms ~= memo[3] then memo[3], memo[4] = ttl_ms, format('%d', ttl_ms) end
+  if f > 0 then return format('%d+%d/%d', w, f, den), memo[4] end
+  if w ~= memo[1] then memo[1], memo[2] = w, format('%d', w) end
+  return memo[2], memo[4]
 end
 
 local fast = false
 if mode == 't' and read and q == 1 then
-  select_kind(1)
+  cur, den, window, window_frac, now, extra_ttl, step, step_frac, horizon, spends, server_now =
+    select_kind(1, server_now, q, r, kind_arg, out, mode, tonumber, call)
   fast = den ~= nil
 end
 
@@ -232,8 +239,10 @@ if fast then
   -- The common coalesced call: tolerant, one kind, keys read by MGET. A key with no value is
   -- decided against now, the same for every such key: its write is computed once.
   local fresh_value, fresh_ttl = false, false
-  local fresh, fresh_frac, fresh_fits = spend(now, 0)
-  if spends and fresh_fits then fresh_value, fresh_ttl = encode(fresh, fresh_frac) end
+  local fresh, fresh_frac, fresh_fits = spend(now, 0, step, step_frac, den, horizon, window_frac)
+  if spends and fresh_fits then
+    fresh_value, fresh_ttl = encode(fresh, fresh_frac, now, extra_ttl, den, memo, format)
+  end
   for i = 1, n do
     local key = KEYS[i]
     local stored = written and written[key] or read[i]
@@ -254,7 +263,7 @@ if fast then
       if failed then out[k + 1] = -3 else out[k + 1] = now end
       k = k + 1
     else
-      local tat, tat_frac, normalized = state(stored)
+      local tat, tat_frac, normalized = state(stored, den, horizon, window_frac, now, find, match, tonumber)
       if not tat then
         out[k + 1] = -1
         k = k + 1
@@ -268,7 +277,7 @@ if fast then
         if spends and (fits or normalized) then
           local w, f = tat, tat_frac
           if fits then w, f = cand, cand_frac end
-          local value, ttl = encode(w, f)
+          local value, ttl = encode(w, f, now, extra_ttl, den, memo, format)
           local done = pcall('SET', key, value, 'PX', ttl)
           failed = done.err
           if not failed then
@@ -297,7 +306,10 @@ for i = 1, n do
   local key
   if declared then key = KEYS[i] else key = ARGV[key_base + i] end
   if q > 1 then kind = tonumber(ARGV[key_arg + i]) end
-  if kind ~= cur then select_kind(kind) end
+  if kind ~= cur then
+    cur, den, window, window_frac, now, extra_ttl, step, step_frac, horizon, spends, server_now =
+      select_kind(kind, server_now, q, r, kind_arg, out, mode, tonumber, call)
+  end
   local status, allowed, tat, tat_frac, base, base_frac = 0, false, 0, 0, 0, 0
   if not (key and den) then
     status = 2
@@ -326,20 +338,20 @@ for i = 1, n do
         end
       end
       if status == 0 and stored then
-        tat, tat_frac, normalized = state(stored)
+        tat, tat_frac, normalized = state(stored, den, horizon, window_frac, now, find, match, tonumber)
         if not tat then status, tat, tat_frac = 1, 0, 0 end
       end
       base, base_frac = tat, tat_frac
     end
     if status == 0 then
       local cand, cand_frac
-      cand, cand_frac, allowed = spend(tat, tat_frac)
+      cand, cand_frac, allowed = spend(tat, tat_frac, step, step_frac, den, horizon, window_frac)
       local writes = spends and (mode == 'a' or allowed or normalized)
       local value, ttl
       if writes then
         local w, f = tat, tat_frac
         if allowed or mode == 'a' then w, f = cand, cand_frac end
-        value, ttl = encode(w, f)
+        value, ttl = encode(w, f, now, extra_ttl, den, memo, format)
       end
       if mode == 'a' then
         if not allowed then committed = 0 end
@@ -389,8 +401,12 @@ for i = 1, n do
   elseif status ~= 0 then
     out[k + 1] = -status
     k = k + 1
+  elseif tat_frac > 0 then
+    out[k + 1], out[k + 2], out[k + 3] = -4, tat, tat_frac
+    k = k + 3
   else
-    reply(tat, tat_frac)
+    out[k + 1] = tat
+    k = k + 1
   end
 end
 if mode == 'a' then
