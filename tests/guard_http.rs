@@ -4,19 +4,25 @@
 //! another `Guard` (retries, concurrency permits).
 #![cfg(all(feature = "axum", feature = "reqwest"))]
 
+#[path = "support/retries.rs"]
+mod retries;
+
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use axum::Router;
 use axum::extract::Request;
 use axum::http::StatusCode;
+use axum::response::IntoResponse;
 use axum::routing::get;
 use flowguard::Guard;
 use flowguard::backoff::reqwest::Attempts;
 use flowguard::backoff::{BackoffBounds, BackoffStrategy, RetryPolicy};
 use flowguard::gcra::Quota;
 use flowguard::gcra::layer::{HeaderKey, PeerIpKey};
+use flowguard::headers::LegacyReset;
 use flowguard::vegas::{Fixed, Limiter, Shed};
 use tokio::sync::Notify;
 use tokio::time::Instant;
@@ -185,4 +191,102 @@ async fn a_call_without_a_free_permit_is_shed_unsent() {
     release.notify_one();
     assert_eq!(first.await.unwrap().unwrap(), StatusCode::OK);
     assert_eq!(guard.concurrency().in_flight(), 0);
+}
+
+/// Answers its first request `429` with `X-RateLimit-Reset: reset` and no other field saying
+/// when to come back (no `Retry-After`, no `RateLimit`), and `200` to every later one; answers
+/// its address and the count of requests.
+async fn serve_legacy_reset(reset: String) -> (SocketAddr, Arc<AtomicUsize>) {
+    let requests = Arc::new(AtomicUsize::new(0));
+    let counted = requests.clone();
+    let app = Router::new().route(
+        "/api",
+        get(move || async move {
+            if counted.fetch_add(1, Ordering::SeqCst) == 0 {
+                let fields = [
+                    ("x-ratelimit-remaining", "0"),
+                    ("x-ratelimit-reset", &reset),
+                ];
+                let fields = fields.map(|(name, value)| (name, value.to_owned()));
+                (StatusCode::TOO_MANY_REQUESTS, fields).into_response()
+            } else {
+                "hello".into_response()
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    (address, requests)
+}
+
+/// The status and attempts of one call through a guard's client retrying twice at most, within
+/// 30 s, reading `X-RateLimit-Reset` as `legacy` says, against a server asking to wait `reset`.
+async fn call_with_reset(legacy: Option<LegacyReset>, reset: String) -> (StatusCode, Attempts) {
+    let (server, requests) = serve_legacy_reset(reset).await;
+    let retry = retries::two_attempts_within_30s();
+    let guard = Guard::builder().retry(retry);
+    let guard = match legacy {
+        Some(reset) => guard.legacy_reset(reset),
+        None => guard,
+    };
+    let client = guard
+        .build()
+        .await
+        .unwrap()
+        .reqwest_client(reqwest::Client::new());
+    let response = client
+        .get(format!("http://{server}/api"))
+        .send()
+        .await
+        .unwrap();
+    let attempts = *response.extensions().get::<Attempts>().unwrap();
+    assert_eq!(attempts.count as usize, requests.load(Ordering::SeqCst));
+    (response.status(), attempts)
+}
+
+/// By default the guard's client does not read `X-RateLimit-Reset` (an hour away: retried after
+/// its own backoff anyway); asked to, it reads it the way it is told: an hour to wait is past
+/// the retry deadline, so it gives up at once with the 429, and so does an hour-ahead Unix time,
+/// while `3600` as a Unix time is long past and asks for no wait.
+#[tokio::test]
+async fn the_guards_client_reads_x_ratelimit_reset_only_when_asked() {
+    let in_an_hour = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+        + 3600;
+    let cases = [
+        (None, "3600".to_owned(), StatusCode::OK, 2),
+        (
+            Some(LegacyReset::DelaySeconds),
+            "3600".to_owned(),
+            StatusCode::TOO_MANY_REQUESTS,
+            1,
+        ),
+        (
+            Some(LegacyReset::UnixSeconds),
+            in_an_hour.to_string(),
+            StatusCode::TOO_MANY_REQUESTS,
+            1,
+        ),
+        (
+            Some(LegacyReset::UnixSeconds),
+            "3600".to_owned(),
+            StatusCode::OK,
+            2,
+        ),
+    ];
+    for (legacy, reset, status, count) in cases {
+        let (got, attempts) = call_with_reset(legacy, reset.clone()).await;
+        assert_eq!((got, attempts.count), (status, count), "{legacy:?} {reset}");
+    }
+}
+
+/// Asked to, the guard's client waits for `X-RateLimit-Reset` before it retries.
+#[tokio::test]
+async fn the_guards_client_honours_x_ratelimit_reset_when_asked() {
+    let (status, attempts) = call_with_reset(Some(LegacyReset::DelaySeconds), "1".into()).await;
+    assert_eq!((status, attempts.count), (StatusCode::OK, 2));
+    assert!(attempts.waited >= Duration::from_secs(1), "{attempts:?}");
 }
