@@ -1,9 +1,11 @@
-//! The `Guard` facade end to end, in one process and in real time (about two seconds):
+//! The `Guard` facade end to end, in one process and in real time (400 ticks of 5 ms: two
+//! seconds, or a little more on a busy machine):
 //!
 //! * inbound: four clients send 200 requests/s each; each gets a quota of 100 requests/s (burst 20);
-//! * outbound: every admitted request calls a dependency that can serve 8 calls at once in 5 ms
-//!   (8 workers, 25 ms per call: 320 calls/s) and answers `503` beyond 16 calls in flight; the calls run under a Vegas concurrency limit and are
-//!   retried with cap-aware jitter inside a retry budget.
+//! * outbound: every admitted request calls a dependency that serves 8 calls at once, 25 ms
+//!   each (8 workers: 320 calls/s), and answers `503` beyond 16 calls in flight; the calls run
+//!   under a Vegas concurrency limit and are retried (3 attempts at most, cap-aware jitter)
+//!   inside a retry budget.
 //!
 //! Run: `cargo run --example guard`
 
@@ -64,7 +66,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let (mut admitted, mut limited, mut ok, mut failed) = (0u32, 0u32, 0u32, 0u32);
     let mut handles = Vec::new();
     let start = std::time::Instant::now();
-    // Two seconds: every 5 ms each of four clients sends a request (200/s each, 5x its quota).
+    // Two seconds: every 5 ms each of four clients sends a request (200/s each, 2x its quota).
     for tick in 0..400u32 {
         for client in 0..4u8 {
             let key = [b'c', client];

@@ -369,3 +369,177 @@ async fn a_final_413_is_not_retried_by_either_client() {
     assert_eq!(res.status(), 413);
     assert_eq!(server.calls(), 1);
 }
+
+/// `HttpRetry` over a bare `reqwest::Client`: the transport's own `reqwest::Error`, classified
+/// by `TransientErrors`, no boxing. Counts the attempts it makes.
+fn bare_tower_client(
+    rules: HttpRetryPolicy,
+    attempts: Arc<std::sync::atomic::AtomicU32>,
+) -> impl Service<
+    http::Request<String>,
+    Response = http::Response<reqwest::Body>,
+    Error = reqwest::Error,
+> + Clone {
+    let transport = reqwest::Client::new();
+    ServiceBuilder::new()
+        .retry(HttpRetry::new(rules))
+        .service(service_fn(move |req: http::Request<String>| {
+            let transport = transport.clone();
+            attempts.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            async move {
+                let res = transport.execute(reqwest::Request::try_from(req)?).await?;
+                Ok::<_, reqwest::Error>(http::Response::from(res))
+            }
+        }))
+}
+
+/// A port nobody listens on: bound, then released.
+async fn closed_port() -> std::net::SocketAddr {
+    TcpListener::bind("127.0.0.1:0")
+        .await
+        .unwrap()
+        .local_addr()
+        .unwrap()
+}
+
+/// Whether `TransientErrors` retries `error`, asked as a `reqwest::Error` and as the other
+/// error types it may come wrapped in; all must agree.
+fn retryable(error: reqwest::Error) -> bool {
+    use flowguard::backoff::{Classification, ErrorClassifier, TransientErrors};
+    let bare = TransientErrors.is_retryable(&error);
+    let by_rules = rules(2, None).classify_error(&error);
+    let expected = if bare {
+        Classification::Retryable { retry_after: None }
+    } else {
+        Classification::NotRetryable
+    };
+    assert_eq!(by_rules, expected, "{error:?}");
+    let middleware = reqwest_middleware::Error::Reqwest(error);
+    assert_eq!(TransientErrors.is_retryable(&middleware), bare);
+    let reqwest_middleware::Error::Reqwest(error) = middleware else {
+        unreachable!()
+    };
+    let boxed: BoxError = Box::new(error);
+    assert_eq!(TransientErrors.is_retryable(&boxed), bare, "{boxed:?}");
+    bare
+}
+
+/// Real reqwest errors on loopback: a refused connection and a timeout are transient; a request
+/// built wrong and a response body that cannot be read are not.
+#[tokio::test]
+async fn reqwest_errors_are_retried_when_transient() {
+    let client = reqwest::Client::builder()
+        .timeout(Duration::from_millis(200))
+        .build()
+        .unwrap();
+
+    let refused = client
+        .get(format!("http://{}/", closed_port().await))
+        .send()
+        .await
+        .unwrap_err();
+    assert!(refused.is_connect(), "{refused:?}");
+    assert!(retryable(refused));
+
+    // A server that accepts and never answers: the client's timeout ends the wait.
+    let silent = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = silent.local_addr().unwrap();
+    let server = tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((socket, _)) = silent.accept().await {
+            held.push(socket);
+        }
+    });
+    let timeout = client
+        .get(format!("http://{address}/"))
+        .send()
+        .await
+        .unwrap_err();
+    server.abort();
+    assert!(timeout.is_timeout(), "{timeout:?}");
+    assert!(retryable(timeout));
+
+    let built_wrong = client.get("not a url").send().await.unwrap_err();
+    assert!(built_wrong.is_builder(), "{built_wrong:?}");
+    assert!(!retryable(built_wrong));
+
+    // A response that promises 10 bytes and sends 2 before closing: the body cannot be read
+    // (its source is the connection cut short).
+    let short = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = short.local_addr().unwrap();
+    let server = tokio::spawn(async move {
+        let (mut socket, _) = short.accept().await.unwrap();
+        let mut request = [0; 1024];
+        let _ = socket.read(&mut request).await;
+        let head = "HTTP/1.1 200 OK\r\nContent-Length: 10\r\nConnection: close\r\n\r\nok";
+        let _ = socket.write_all(head.as_bytes()).await;
+        let _ = socket.shutdown().await;
+    });
+    let response = client
+        .get(format!("http://{address}/"))
+        .send()
+        .await
+        .unwrap();
+    let undecodable = response.bytes().await.unwrap_err();
+    server.await.unwrap();
+    assert!(undecodable.is_decode(), "{undecodable:?}");
+    assert!(!retryable(undecodable));
+}
+
+/// `HttpRetry` and `RetryPolicy::retry` with `HttpRetryPolicy`'s rules work over a bare
+/// `reqwest::Client`: its refused connections are retried up to the attempts, a request built
+/// wrong is sent once, retried statuses are retried.
+#[tokio::test]
+async fn the_retry_policy_works_over_a_bare_reqwest_client() {
+    use std::sync::atomic::{AtomicU32, Ordering};
+
+    let refused = format!("http://{}/", closed_port().await);
+    let attempts = Arc::new(AtomicU32::new(0));
+    let get = |url: &str| http::Request::get(url).body(String::new()).unwrap();
+    let error = bare_tower_client(rules(3, None), attempts.clone())
+        .oneshot(get(&refused))
+        .await
+        .unwrap_err();
+    assert!(error.is_connect(), "{error:?}");
+    assert_eq!(attempts.swap(0, Ordering::SeqCst), 3, "retried");
+
+    // A relative URI: reqwest cannot build a request from it.
+    let error = bare_tower_client(rules(3, None), attempts.clone())
+        .oneshot(get("/relative"))
+        .await
+        .unwrap_err();
+    assert!(error.is_builder(), "{error:?}");
+    assert_eq!(attempts.swap(0, Ordering::SeqCst), 1, "not retried");
+
+    let server = Server::start(vec![Reply::Unavailable, Reply::Ok]).await;
+    let response = bare_tower_client(rules(3, None), attempts.clone())
+        .oneshot(get(&server.url))
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    assert_eq!(server.calls(), 2);
+
+    // The retry engine itself, over the client's `send`.
+    let rules = rules(3, None);
+    let client = reqwest::Client::new();
+    let made = AtomicU32::new(0);
+    let result = rules
+        .policy()
+        .retry(
+            |_attempt| {
+                made.fetch_add(1, Ordering::SeqCst);
+                client.get(&refused).send()
+            },
+            |outcome| match outcome {
+                Ok(response) => rules.classify_response(
+                    response.status(),
+                    response.headers(),
+                    SystemTime::now(),
+                ),
+                Err(error) => rules.classify_error(error),
+            },
+        )
+        .await;
+    assert!(result.is_err());
+    assert_eq!(made.load(Ordering::SeqCst), 3);
+}

@@ -11,13 +11,14 @@ mod recorder;
 mod support;
 
 use std::convert::Infallible;
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use flowguard::clock::ManualClock;
 use flowguard::gcra::layer::{
-    HeaderKey, KeyExtractor, MissingKey, Policy, QuotaLayer, Refusal, RefusalKind,
+    HeaderKey, KeyExtractor, MissingKey, Or, PeerIpKey, Policy, QuotaLayer, Refusal, RefusalKind,
 };
 use flowguard::gcra::{
     ConfigError, Decision, KeyedLimit, KeyedRateLimiter, LimitSpec, MemoryLimitSet, Quota,
@@ -533,4 +534,155 @@ async fn a_misconfigured_store_answers_500_without_retry_after() {
     assert_eq!(calls.load(Ordering::SeqCst), 0);
     // Other keys are decided as usual.
     assert_eq!(send(&svc, Some("bob")).await.status(), StatusCode::OK);
+}
+
+/// A request with `x-api-key: key` (if any) from the peer `peer` (if any), as a hyper server or
+/// axum's `ConnectInfo` would say.
+fn from_peer(key: Option<&str>, peer: Option<&str>) -> Request<()> {
+    let mut req = request(key);
+    if let Some(peer) = peer {
+        req.extensions_mut()
+            .insert(peer.parse::<SocketAddr>().unwrap());
+    }
+    req
+}
+
+/// The status and remaining quota of `req` through `svc`.
+async fn status<S>(svc: &S, req: Request<()>) -> (StatusCode, String)
+where
+    S: Service<Request<()>, Response = Response<String>, Error = Infallible> + Clone,
+{
+    let resp = svc.clone().oneshot(req).await.unwrap();
+    (resp.status(), resp.into_body())
+}
+
+/// `HeaderKey.or(PeerIpKey)`: the API key when the request has one (wherever it comes from),
+/// else its peer address; neither is the missing-key policy's.
+#[tokio::test]
+async fn an_api_key_else_the_peer_address_each_with_its_own_quota() {
+    let key = HeaderKey::new("x-api-key").unwrap().or(PeerIpKey::new());
+    let layer = QuotaLayer::builder(key)
+        .policy(Policy::per_key("per-key", Quota::per_minute(2).unwrap()))
+        .build()
+        .unwrap();
+    let calls = Arc::new(AtomicUsize::new(0));
+    let svc = service(layer, &calls);
+    let ok = |left: &str| (StatusCode::OK, left.to_owned());
+
+    // The first source wins: one key's quota from two addresses.
+    let a = "192.0.2.1:1000";
+    let b = "192.0.2.2:2000";
+    assert_eq!(status(&svc, from_peer(Some("k1"), Some(a))).await, ok("1"));
+    assert_eq!(status(&svc, from_peer(Some("k1"), Some(b))).await, ok("0"));
+    let (denied, _) = status(&svc, from_peer(Some("k1"), Some(a))).await;
+    assert_eq!(denied, StatusCode::TOO_MANY_REQUESTS);
+    // The second when the first has no key (an empty header is none): the address's quota,
+    // untouched by the API key sent from it.
+    assert_eq!(status(&svc, from_peer(None, Some(a))).await, ok("1"));
+    assert_eq!(status(&svc, from_peer(Some(""), Some(a))).await, ok("0"));
+    assert_eq!(status(&svc, from_peer(None, Some(b))).await, ok("1"));
+
+    // Neither: the missing-key policy (by default one shared anonymous quota).
+    assert_eq!(status(&svc, from_peer(None, None)).await, ok("1"));
+    let layer = QuotaLayer::builder(HeaderKey::new("x-api-key").unwrap().or(PeerIpKey::new()))
+        .policy(Policy::per_key("per-key", Quota::per_minute(2).unwrap()))
+        .build()
+        .unwrap()
+        .missing_key(MissingKey::Reject(StatusCode::UNAUTHORIZED));
+    let rejecting = service(layer, &calls);
+    let (refused, body) = status(&rejecting, from_peer(None, None)).await;
+    assert_eq!(refused, StatusCode::UNAUTHORIZED);
+    assert_eq!(body, r#"{"error":"missing_key"}"#);
+    assert_eq!(status(&rejecting, from_peer(None, Some(a))).await, ok("1"));
+}
+
+/// A header value equal to an address's key bytes (65.66.67.68 is `ABCD`), or a key of the
+/// first source equal to the tagged form of the second's, never shares that address's quota.
+#[tokio::test]
+async fn a_key_crafted_to_equal_an_address_key_gets_a_quota_of_its_own() {
+    let quota = || Policy::per_key("per-key", Quota::per_minute(1).unwrap());
+    let calls = Arc::new(AtomicUsize::new(0));
+    let peer = "65.66.67.68:443";
+    let other = "192.0.2.9:1000";
+
+    let key = HeaderKey::new("x-api-key").unwrap().or(PeerIpKey::new());
+    let svc = service(
+        QuotaLayer::builder(key).policy(quota()).build().unwrap(),
+        &calls,
+    );
+    assert_eq!(
+        status(&svc, from_peer(None, Some(peer))).await.0,
+        StatusCode::OK
+    );
+    assert_eq!(
+        status(&svc, from_peer(Some("ABCD"), Some(other))).await.0,
+        StatusCode::OK,
+        "the header ABCD is not the address 65.66.67.68"
+    );
+    assert_eq!(
+        status(&svc, from_peer(None, Some(peer))).await.0,
+        StatusCode::TOO_MANY_REQUESTS
+    );
+
+    // A first source that can write any bytes: the address's tagged form as its key.
+    let tagged = |req: &Request<()>| {
+        req.headers()
+            .contains_key("x-forge")
+            .then(|| vec![0, 2, 65, 66, 67, 68])
+    };
+    assert_eq!(
+        Or::new(tagged, PeerIpKey::new())
+            .key(&from_peer(None, Some(peer)))
+            .unwrap()
+            .as_bytes(),
+        [0, 2, 65, 66, 67, 68]
+    );
+    let svc = service(
+        QuotaLayer::builder(Or::new(tagged, PeerIpKey::new()))
+            .policy(quota())
+            .build()
+            .unwrap(),
+        &calls,
+    );
+    let mut forged = from_peer(None, Some(other));
+    forged.headers_mut().insert("x-forge", "1".parse().unwrap());
+    assert_eq!(
+        status(&svc, from_peer(None, Some(peer))).await.0,
+        StatusCode::OK
+    );
+    assert_eq!(
+        status(&svc, forged).await.0,
+        StatusCode::OK,
+        "its own quota"
+    );
+    assert_eq!(
+        status(&svc, from_peer(None, Some(peer))).await.0,
+        StatusCode::TOO_MANY_REQUESTS
+    );
+}
+
+/// The combined extractor costs and tiers every request as its first source says, whichever
+/// source gave the key; `with_cost` on the combination applies to both.
+#[tokio::test]
+async fn cost_and_tier_are_the_first_sources() {
+    let key = HeaderKey::new("x-api-key")
+        .unwrap()
+        .with_cost(|_: &Request<()>| 2)
+        .with_tier(|req: &Request<()>| req.headers().get("x-plan").map(|_| "pro"))
+        .or(PeerIpKey::new().with_cost(|_: &Request<()>| 7));
+    let mut pro = from_peer(None, Some("192.0.2.1:1"));
+    pro.headers_mut().insert("x-plan", "1".parse().unwrap());
+    assert_eq!(
+        key.cost(&pro),
+        2,
+        "keyed by the address, costed by the first"
+    );
+    assert_eq!(key.tier(&pro), Some("pro"));
+    assert_eq!(key.cost(&from_peer(Some("k"), None)), 2);
+    assert_eq!(key.tier(&from_peer(Some("k"), None)), None);
+    let both = HeaderKey::new("x-api-key")
+        .unwrap()
+        .or(PeerIpKey::new())
+        .with_cost(|_: &Request<()>| 3);
+    assert_eq!(both.cost(&from_peer(None, Some("192.0.2.1:1"))), 3);
 }

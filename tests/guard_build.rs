@@ -25,6 +25,39 @@ async fn a_quota_and_a_limiter_of_ones_own_are_refused_together() {
     assert!(message.contains("keep one of them"), "{message}");
 }
 
+/// Reading `X-RateLimit-Reset` is a setting of the retries: without a retry policy (each call
+/// made once) it would do nothing, and says so.
+#[cfg(any(feature = "tower", feature = "reqwest"))]
+#[tokio::test]
+async fn legacy_reset_needs_a_retry_policy() {
+    use flowguard::backoff::RetryPolicy;
+    use flowguard::headers::LegacyReset;
+
+    let error = Guard::builder()
+        .legacy_reset(LegacyReset::DelaySeconds)
+        .build()
+        .await
+        .unwrap_err();
+    assert_eq!(
+        error,
+        BuildError::NeedsRetry {
+            setting: "legacy_reset"
+        }
+    );
+    let message = error.to_string();
+    assert!(
+        message.contains("add GuardBuilder::retry(policy)"),
+        "{message}"
+    );
+    let retry = RetryPolicy::builder().max_attempts(2).build().unwrap();
+    let built = Guard::builder()
+        .retry(retry)
+        .legacy_reset(LegacyReset::UnixSeconds)
+        .build()
+        .await;
+    assert!(built.is_ok());
+}
+
 #[tokio::test]
 async fn a_guard_without_a_quota_admits_nothing_and_has_no_inbound_layer() {
     let guard = Guard::builder().build().await.unwrap();

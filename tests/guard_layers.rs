@@ -4,6 +4,9 @@
 //! quota.
 #![cfg(feature = "tower")]
 
+#[path = "support/retries.rs"]
+mod retries;
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
@@ -11,6 +14,7 @@ use std::time::Duration;
 use flowguard::Guard;
 use flowguard::backoff::{BackoffBounds, BackoffStrategy, BoxError, RetryPolicy};
 use flowguard::gcra::Quota;
+use flowguard::headers::LegacyReset;
 use flowguard::vegas::{Fixed, Limiter, Shed};
 use http::{Request, Response, StatusCode};
 use tower::{Service, ServiceBuilder, ServiceExt, service_fn};
@@ -128,6 +132,40 @@ async fn the_retry_layer_outside_retries_503s_with_the_guards_policy_one_permit_
     assert_eq!(response.status(), StatusCode::OK);
     assert_eq!(attempts.load(Ordering::SeqCst), 3);
     assert_eq!(guard.concurrency().in_flight(), 0);
+}
+
+/// The retry layer reads `X-RateLimit-Reset` when the builder says how: an hour to wait is past
+/// the retry deadline, so it gives up at once; by default the field is not read and the 429 is
+/// retried after the policy's backoff.
+#[tokio::test(start_paused = true)]
+async fn the_retry_layer_reads_x_ratelimit_reset_only_when_asked() {
+    for (legacy, attempts_made) in [(None, 2), (Some(LegacyReset::DelaySeconds), 1)] {
+        let policy = retries::two_attempts_within_30s();
+        let guard = Guard::builder().retry(policy);
+        let guard = match legacy {
+            Some(reset) => guard.legacy_reset(reset),
+            None => guard,
+        };
+        let guard = guard.build().await.unwrap();
+        let attempts = Arc::new(AtomicUsize::new(0));
+        let counted = attempts.clone();
+        let client = ServiceBuilder::new()
+            .layer(guard.retry_layer())
+            .service(service_fn(move |_: Request<String>| {
+                counted.fetch_add(1, Ordering::SeqCst);
+                async move {
+                    let response = Response::builder()
+                        .status(StatusCode::TOO_MANY_REQUESTS)
+                        .header("x-ratelimit-reset", "3600")
+                        .body(())
+                        .unwrap();
+                    Ok::<_, BoxError>(response)
+                }
+            }));
+        let response = client.oneshot(Request::new(String::new())).await.unwrap();
+        assert_eq!(response.status(), StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(attempts.load(Ordering::SeqCst), attempts_made, "{legacy:?}");
+    }
 }
 
 #[tokio::test]

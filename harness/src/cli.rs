@@ -28,6 +28,15 @@ pub fn seconds(text: &str) -> Result<f64, String> {
     Ok(s)
 }
 
+/// A finite number above 0 (a rate, a multiple, milliseconds): `value_parser = above_zero`.
+pub fn above_zero(text: &str) -> Result<f64, String> {
+    let v: f64 = text.parse().map_err(|e| format!("{e}"))?;
+    if !(v.is_finite() && v > 0.0) {
+        return Err("must be a finite number above 0".into());
+    }
+    Ok(v)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -39,6 +48,14 @@ mod tests {
         assert_eq!(positive::<usize>("0"), Err("must be at least 1".into()));
         assert!(positive::<u32>("-1").is_err());
         assert!(positive::<usize>("ten").is_err());
+    }
+
+    #[test]
+    fn numbers_are_finite_and_above_zero() {
+        assert_eq!(above_zero("2.5"), Ok(2.5));
+        for refused in ["0", "-1", "NaN", "inf", "lots"] {
+            assert!(above_zero(refused).is_err(), "{refused}");
+        }
     }
 
     #[test]

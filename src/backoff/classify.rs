@@ -38,10 +38,27 @@ impl ErrorClassifier<io::Error> for TransientErrors {
     }
 }
 
+/// A `reqwest::Client`'s own errors (feature `reqwest`), e.g. for
+/// [`HttpRetry`](super::tower::HttpRetry) over a `reqwest::Client` in a tower stack, or
+/// [`HttpRetryPolicy::classify_error`](super::HttpRetryPolicy::classify_error) in a loop of
+/// your own: connection failures and timeouts are retried; a request built wrong (a URL that
+/// cannot be used, a bad header), a request body that failed, or a response that could not be
+/// decoded are not. See [`is_transient`].
+#[cfg(feature = "reqwest")]
+impl ErrorClassifier<::reqwest::Error> for TransientErrors {
+    fn is_retryable(&self, error: &::reqwest::Error) -> bool {
+        is_transient(error)
+    }
+}
+
 /// `true` when `error` or one of its sources is a connection failure or timeout:
 /// an [`io::Error`] of kind `ConnectionRefused`, `ConnectionReset`, `ConnectionAborted`,
 /// `NotConnected`, `BrokenPipe`, `TimedOut` or `UnexpectedEof`, a `tokio` timeout, a `tower`
-/// timeout (feature `tower`) or a `reqwest` connect/timeout error (feature `reqwest`).
+/// timeout (feature `tower`) or a `reqwest` connect/timeout error (feature `reqwest`). A
+/// `reqwest` error building the request, of a body or of decoding a response (that is not a
+/// timeout) is not, whatever its sources say (a response body cut short by a reset connection
+/// included): the same request would be built or streamed the same way again, and a response
+/// being read has already been handed over, so no retry policy can repeat it.
 ///
 /// ```
 /// use std::io;
@@ -76,10 +93,13 @@ pub fn is_transient(error: &(dyn Error + 'static)) -> bool {
             return true;
         }
         #[cfg(feature = "reqwest")]
-        if let Some(r) = e.downcast_ref::<::reqwest::Error>()
-            && (r.is_connect() || r.is_timeout())
-        {
-            return true;
+        if let Some(r) = e.downcast_ref::<::reqwest::Error>() {
+            if r.is_connect() || r.is_timeout() {
+                return true;
+            }
+            if r.is_builder() || r.is_body() || r.is_decode() {
+                return false;
+            }
         }
         next = e.source();
     }

@@ -41,6 +41,10 @@ pub mod reqwest;
 #[cfg(feature = "tower")]
 pub mod tower;
 
+/// How a retry reads `X-RateLimit-Reset` ([`HttpRetryPolicy::legacy_reset`],
+/// `GuardBuilder::legacy_reset`): the [`crate::headers`] type, named here beside the rules that
+/// take it.
+pub use crate::headers::LegacyReset;
 pub use budget::RetryBudget;
 pub use classify::{BoxError, ErrorClassifier, TransientErrors, is_transient};
 pub use error::{ConfigError, GiveUp, RetryError};

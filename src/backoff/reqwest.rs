@@ -93,7 +93,7 @@ impl<C> RetryMiddleware<C> {
 impl ErrorClassifier<Error> for TransientErrors {
     fn is_retryable(&self, error: &Error) -> bool {
         match error {
-            Error::Reqwest(e) => is_transient(e),
+            Error::Reqwest(e) => self.is_retryable(e),
             Error::Middleware(e) => {
                 let e: &(dyn std::error::Error + Send + Sync + 'static) = e.as_ref();
                 is_transient(e)

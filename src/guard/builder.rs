@@ -19,6 +19,7 @@ use crate::vegas::{DEFAULT_ACQUIRE_TIMEOUT, Limiter, Vegas};
 /// | outbound concurrency | a [`Vegas`] limiter with its defaults, named `"default"` | [`concurrency`](Self::concurrency): any [`LimitAlgorithm`](crate::vegas::LimitAlgorithm) |
 /// | wait for a permit | [`DEFAULT_ACQUIRE_TIMEOUT`] (50 ms), then the call is shed | [`acquire_timeout`](Self::acquire_timeout) |
 /// | retries | none: each call is made once | [`retry`](Self::retry) |
+/// | legacy `X-RateLimit-Reset` | not read by the retries | `legacy_reset` (feature `tower` or `reqwest`) |
 ///
 /// [`build`](Self::build) checks that the parts fit together and opens the quota's store
 /// (connecting to Redis, if configured), so a guard that builds is ready to use; anything that
@@ -61,6 +62,8 @@ pub struct GuardBuilder {
     concurrency: Option<Limiter>,
     acquire_timeout: Option<Duration>,
     retry: Option<RetryPolicy>,
+    #[cfg(any(feature = "tower", feature = "reqwest"))]
+    legacy_reset: Option<crate::backoff::LegacyReset>,
 }
 
 impl GuardBuilder {
@@ -159,6 +162,39 @@ impl GuardBuilder {
         self
     }
 
+    /// Lets the guard's retries of HTTP calls (`retry_layer`, `reqwest_client`) also read the
+    /// legacy `X-RateLimit-Reset` field, in the way `reset` says, when neither `Retry-After`
+    /// nor `RateLimit` asks for a wait: never before it, as for `Retry-After` (see
+    /// [`HttpRetryPolicy::legacy_reset`](crate::backoff::HttpRetryPolicy::legacy_reset)). Off
+    /// by default: servers write it in two incompatible ways (seconds to wait, as flowguard's
+    /// own layer does, or a Unix time), so only you know which yours uses. Needs
+    /// [`retry`](Self::retry); without it, [`BuildError::NeedsRetry`]. Feature `tower` or
+    /// `reqwest`.
+    ///
+    /// ```
+    /// use flowguard::backoff::RetryPolicy;
+    /// use flowguard::backoff::LegacyReset;
+    /// use flowguard::{BuildError, Guard};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let guard = Guard::builder()
+    ///     .retry(RetryPolicy::builder().max_attempts(3).build()?)
+    ///     .legacy_reset(LegacyReset::UnixSeconds) // e.g. GitHub's API
+    ///     .build()
+    ///     .await?;
+    /// # let _ = guard;
+    /// let alone = Guard::builder().legacy_reset(LegacyReset::DelaySeconds).build().await;
+    /// assert_eq!(alone.unwrap_err(), BuildError::NeedsRetry { setting: "legacy_reset" });
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[cfg(any(feature = "tower", feature = "reqwest"))]
+    pub fn legacy_reset(mut self, reset: crate::backoff::LegacyReset) -> Self {
+        self.legacy_reset = Some(reset);
+        self
+    }
+
     /// Checks the configuration, opens the quota's store (connecting to Redis, if configured)
     /// and returns the guard.
     ///
@@ -166,8 +202,15 @@ impl GuardBuilder {
     /// A [`BuildError`] saying what to change: both a quota and a limiter
     /// ([`QuotaAndRateLimit`](BuildError::QuotaAndRateLimit)), a store setting beside a limiter
     /// of your own or without Redis, two-tier without a quota, a Redis URL that cannot be read or a server that cannot be reached, a
-    /// two-tier batch or failure policy the quota does not allow.
+    /// two-tier batch or failure policy the quota does not allow, a retry setting without a
+    /// retry policy.
     pub async fn build(self) -> Result<Guard, BuildError> {
+        #[cfg(any(feature = "tower", feature = "reqwest"))]
+        if self.legacy_reset.is_some() && self.retry.is_none() {
+            return Err(BuildError::NeedsRetry {
+                setting: "legacy_reset",
+            });
+        }
         let concurrency = match self.concurrency {
             Some(limiter) => limiter,
             None => Limiter::builder(Vegas::new())
@@ -201,6 +244,8 @@ impl GuardBuilder {
             kept,
             concurrency,
             retry: self.retry,
+            #[cfg(any(feature = "tower", feature = "reqwest"))]
+            legacy_reset: self.legacy_reset,
             once: RetryPolicy::once(),
             acquire_timeout,
             #[cfg(feature = "tower")]

@@ -25,6 +25,13 @@ pub enum BuildError {
         /// The builder method given.
         setting: &'static str,
     },
+    /// A setting of the guard's retries (`legacy_reset`) was given without
+    /// [`retry`](super::GuardBuilder::retry): without a retry policy each call is made once,
+    /// and the setting would do nothing.
+    NeedsRetry {
+        /// The builder method given.
+        setting: &'static str,
+    },
     /// A setting of the store flowguard builds was given along with a limiter of your own
     /// ([`rate_limit`](super::GuardBuilder::rate_limit)), which it would not apply to.
     SettingWithRateLimit {
@@ -61,6 +68,11 @@ impl fmt::Display for BuildError {
                 f,
                 "GuardBuilder::{setting} applies to quotas kept in Redis, but this guard keeps its quotas \
                  in memory: add GuardBuilder::redis(url) or remove {setting}"
+            ),
+            BuildError::NeedsRetry { setting } => write!(
+                f,
+                "GuardBuilder::{setting} applies to the guard's retries, but no retry policy is set, so each \
+                 call is made once: add GuardBuilder::retry(policy) or remove {setting}"
             ),
             BuildError::SettingWithRateLimit { setting } => write!(
                 f,

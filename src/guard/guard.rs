@@ -63,6 +63,9 @@ pub struct Guard {
     pub(super) kept: super::store::Kept,
     pub(super) concurrency: Limiter,
     pub(super) retry: Option<RetryPolicy>,
+    /// How the HTTP retries read `X-RateLimit-Reset`, if at all.
+    #[cfg(any(feature = "tower", feature = "reqwest"))]
+    pub(super) legacy_reset: Option<crate::backoff::LegacyReset>,
     /// The policy used without a configured one: a single attempt.
     pub(super) once: RetryPolicy,
     pub(super) acquire_timeout: Duration,
@@ -145,6 +148,17 @@ impl Guard {
     /// The policy calls follow: the configured one, or a single attempt.
     pub(super) fn retry_policy(&self) -> &RetryPolicy {
         self.retry.as_ref().unwrap_or(&self.once)
+    }
+
+    /// The HTTP rules of the retry layer and the reqwest client: the default ones over the
+    /// guard's policy, reading `X-RateLimit-Reset` if the builder said how.
+    #[cfg(any(feature = "tower", feature = "reqwest"))]
+    pub(super) fn http_retry_rules(&self) -> crate::backoff::HttpRetryPolicy {
+        let rules = crate::backoff::HttpRetryPolicy::new(self.retry_policy().clone());
+        match self.legacy_reset {
+            Some(reset) => rules.legacy_reset(reset),
+            None => rules,
+        }
     }
 }
 

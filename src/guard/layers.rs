@@ -7,7 +7,6 @@ use tower::retry::RetryLayer;
 
 use super::error::{NoRateLimit, QuotaLayerError};
 use super::guard::Guard;
-use crate::backoff::HttpRetryPolicy;
 use crate::backoff::tower::HttpRetry;
 use crate::gcra::layer::{QuotaLayer, QuotaLayerBuilder};
 use crate::gcra::{LimitSet, SeparateLimits};
@@ -156,13 +155,12 @@ impl Guard {
     }
 
     /// The guard's retry policy (a single attempt without one) as a tower retry layer for `http`
-    /// requests, with the default HTTP rules of [`HttpRetryPolicy`]: `429` and `503` and
-    /// transient transport errors are retried, never before the server's `Retry-After`, only
+    /// requests, with the default HTTP rules of [`HttpRetryPolicy`](crate::backoff::HttpRetryPolicy): `429` and `503` and
+    /// transient transport errors are retried, never before the server's `Retry-After` (or
+    /// `X-RateLimit-Reset`, with [`legacy_reset`](crate::GuardBuilder::legacy_reset)), only
     /// for idempotent requests. See [`HttpRetry`] for request bodies that can be copied. Place
     /// it outside [`outbound_layer`](Self::outbound_layer). Feature `tower`.
     pub fn retry_layer(&self) -> RetryLayer<HttpRetry> {
-        RetryLayer::new(HttpRetry::new(HttpRetryPolicy::new(
-            self.retry_policy().clone(),
-        )))
+        RetryLayer::new(HttpRetry::new(self.http_retry_rules()))
     }
 }

@@ -4,13 +4,13 @@
 use reqwest_middleware::{ClientBuilder, ClientWithMiddleware};
 
 use super::guard::Guard;
-use crate::backoff::HttpRetryPolicy;
 use crate::backoff::reqwest::RetryMiddleware;
 
 impl Guard {
     /// `client` with the guard's retries and concurrency limit: every request is retried by the
     /// guard's retry policy (a single attempt without one) with the default HTTP rules of
-    /// [`HttpRetryPolicy`], and each attempt holds a permit of the guard's
+    /// [`HttpRetryPolicy`](crate::backoff::HttpRetryPolicy) (reading `X-RateLimit-Reset` too with
+    /// [`legacy_reset`](crate::GuardBuilder::legacy_reset)), and each attempt holds a permit of the guard's
     /// [`concurrency`](Self::concurrency) limiter (none while waiting to retry), waiting up to the
     /// guard's [`acquire_timeout`](Self::acquire_timeout) before it is shed with
     /// [`Shed`](crate::vegas::Shed). Feature `reqwest`.
@@ -45,9 +45,8 @@ impl Guard {
     /// middleware of your own before (around every call) or after (around every attempt).
     /// Feature `reqwest`.
     pub fn reqwest_middleware(&self, builder: ClientBuilder) -> ClientBuilder {
-        let rules = HttpRetryPolicy::new(self.retry_policy().clone());
         builder
-            .with(RetryMiddleware::new(rules))
+            .with(RetryMiddleware::new(self.http_retry_rules()))
             .with(self.concurrency_middleware.clone())
     }
 }

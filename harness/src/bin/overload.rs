@@ -27,13 +27,100 @@
 use std::process::{ExitCode, Stdio};
 use std::time::Duration;
 
-use flowguard_harness::overload::backend::{BACKEND_FLAGS, BackendConfig};
+use clap::{Parser, Subcommand};
+use flowguard_harness::cli;
+use flowguard_harness::overload::backend::{
+    self, BACKEND_USAGE, BackendArgs, BackendConfig, BackendFlags,
+};
 use flowguard_harness::overload::client::{self, ClientConfig};
 use flowguard_harness::overload::gate::LimiterKind;
+use flowguard_harness::overload::machine;
 use flowguard_harness::overload::report::{self, Report, Targets};
-use flowguard_harness::overload::{args, machine};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
+
+/// The overload run on real sockets: an HTTP backend offered several times its capacity
+/// through each limiter in turn, with a step in its service time (or worker count) in the
+/// middle of the run.
+#[derive(Parser, Debug)]
+#[command(
+    name = "overload",
+    override_usage = format!(
+        "overload [--backend URL] [--limiter all|none,fixedN,flowguard,tower-acc] [--seconds S] \
+         [--overload X | --rate R] [--deadline-ms MS] [--wait-ms MS] [--seed N] [--json] \
+         [--workers N] [--service-ms S] [--step-at SEC|none] [--step-to MS] [--workers-to M]\n       \
+         overload backend {BACKEND_USAGE}"
+    ),
+    args_conflicts_with_subcommands = true,
+    disable_help_subcommand = true
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Option<Run>,
+    /// A running overload_backend to drive (POST /run before each limiter; its own flags apply).
+    /// Without it, each limiter gets a fresh backend process with the backend flags given here
+    #[arg(long = "backend", value_name = "URL", value_parser = backend_url)]
+    backend_url: Option<reqwest::Url>,
+    /// The limiters, in turn: all, or a comma-separated list of none, fixedN, flowguard, tower-acc
+    #[arg(long, value_name = "all|LIST", default_value = "all", value_parser = Limiters::parse)]
+    limiter: Limiters,
+    /// Length of the run in seconds
+    #[arg(long, value_name = "S", default_value_t = ClientConfig::default().seconds,
+          value_parser = cli::above_zero, allow_negative_numbers = true)]
+    seconds: f64,
+    /// Offered load, times the backend's capacity before the step
+    #[arg(long, value_name = "X", default_value_t = ClientConfig::default().overload,
+          value_parser = cli::above_zero, allow_negative_numbers = true, conflicts_with = "rate")]
+    overload: f64,
+    /// Offered load in arrivals per second, instead of --overload
+    #[arg(long, value_name = "R", value_parser = cli::above_zero, allow_negative_numbers = true)]
+    rate: Option<f64>,
+    /// Time from arrival to the answer after which a request is given up, in milliseconds
+    #[arg(long = "deadline-ms", value_name = "MS",
+          default_value_t = ClientConfig::default().deadline.as_secs_f64() * 1e3,
+          value_parser = cli::above_zero, allow_negative_numbers = true)]
+    deadline_ms: f64,
+    /// Time a request waits for a permit before it is shed, in milliseconds
+    #[arg(long = "wait-ms", value_name = "MS",
+          default_value_t = ClientConfig::default().wait.as_secs_f64() * 1e3,
+          value_parser = cli::above_zero, allow_negative_numbers = true)]
+    wait_ms: f64,
+    /// Seed of the arrival times
+    #[arg(long, value_name = "N", default_value_t = ClientConfig::default().seed)]
+    seed: u64,
+    /// One JSON object on the last line instead of tables
+    #[arg(long)]
+    json: bool,
+    #[command(flatten)]
+    backend: BackendFlags,
+}
+
+#[derive(Subcommand, Debug)]
+enum Run {
+    /// Serves as a backend instead, as overload_backend does
+    #[command(override_usage = format!("overload backend {BACKEND_USAGE}"))]
+    Backend(BackendArgs),
+}
+
+/// `--limiter`: the limiters to run, in turn.
+#[derive(Clone, Debug)]
+struct Limiters(Vec<LimiterKind>);
+
+impl Limiters {
+    fn parse(list: &str) -> Result<Limiters, String> {
+        LimiterKind::parse_list(list).map(Limiters)
+    }
+}
+
+/// `--backend`: an absolute URL, read as a folder (with a trailing `/`).
+fn backend_url(raw: &str) -> Result<reqwest::Url, String> {
+    let mut url =
+        reqwest::Url::parse(raw).map_err(|e| format!("{e} (e.g. http://127.0.0.1:8080/)"))?;
+    if !url.path().ends_with('/') {
+        url.set_path(&format!("{}/", url.path()));
+    }
+    Ok(url)
+}
 
 struct Args {
     backend_url: Option<reqwest::Url>,
@@ -43,58 +130,23 @@ struct Args {
     json: bool,
 }
 
-fn usage() -> String {
-    format!(
-        "usage: overload [--backend URL] [--limiter all|none,fixedN,flowguard,tower-acc] [--seconds S] \
-         [--overload X | --rate R] [--deadline-ms MS] [--wait-ms MS] [--seed N] [--json] {BACKEND_FLAGS}\n\
-         \x20      overload backend [--port P] {BACKEND_FLAGS}"
-    )
-}
-
-fn parse_args(mut it: impl Iterator<Item = String>) -> Result<Args, String> {
-    let mut a = Args {
-        backend_url: None,
-        backend: BackendConfig::default(),
-        limiters: LimiterKind::ALL.to_vec(),
-        client: ClientConfig::default(),
-        json: false,
-    };
-    let mut workers_to_given = false;
-    while let Some(flag) = it.next() {
-        match flag.as_str() {
-            "--backend" => {
-                let raw: String = args::value(&mut it, "--backend")?;
-                let mut url = reqwest::Url::parse(&raw)
-                    .map_err(|e| format!("--backend {raw}: {e} (e.g. http://127.0.0.1:8080/)"))?;
-                if !url.path().ends_with('/') {
-                    url.set_path(&format!("{}/", url.path()));
-                }
-                a.backend_url = Some(url);
-            }
-            "--limiter" => {
-                a.limiters = LimiterKind::parse_list(&args::value::<String>(&mut it, "--limiter")?)?
-            }
-            "--seconds" => a.client.seconds = args::positive(&mut it, "--seconds")?,
-            "--overload" => a.client.overload = args::positive(&mut it, "--overload")?,
-            "--rate" => a.client.rate = Some(args::positive(&mut it, "--rate")?),
-            "--deadline-ms" => {
-                a.client.deadline =
-                    Duration::from_secs_f64(args::positive(&mut it, "--deadline-ms")? / 1e3)
-            }
-            "--wait-ms" => {
-                a.client.wait = Duration::from_secs_f64(args::positive(&mut it, "--wait-ms")? / 1e3)
-            }
-            "--seed" => a.client.seed = args::value(&mut it, "--seed")?,
-            "--json" => a.json = true,
-            "--help" | "-h" => return Err(usage()),
-            _ => {
-                if !a.backend.read_flag(&flag, &mut it, &mut workers_to_given)? {
-                    return Err(format!("unknown flag {flag}\n{}", usage()));
-                }
-            }
+impl Cli {
+    fn into_args(self) -> Args {
+        Args {
+            backend_url: self.backend_url,
+            backend: self.backend.config(),
+            limiters: self.limiter.0,
+            client: ClientConfig {
+                seconds: self.seconds,
+                overload: self.overload,
+                rate: self.rate,
+                deadline: Duration::from_secs_f64(self.deadline_ms / 1e3),
+                wait: Duration::from_secs_f64(self.wait_ms / 1e3),
+                seed: self.seed,
+            },
+            json: self.json,
         }
     }
-    Ok(a)
 }
 
 /// A backend process started for one run; killed when dropped.
@@ -219,10 +271,9 @@ async fn run(args: Args) -> Result<(), String> {
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    let mut argv = std::env::args().skip(1).peekable();
-    if argv.peek().map(String::as_str) == Some("backend") {
-        argv.next();
-        return match flowguard_harness::overload::backend::main_with_args(argv).await {
+    let cli = Cli::parse();
+    if let Some(Run::Backend(args)) = cli.command {
+        return match backend::run(args).await {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
                 eprintln!("overload backend: {e}");
@@ -230,18 +281,69 @@ async fn main() -> ExitCode {
             }
         };
     }
-    let args = match parse_args(argv) {
-        Ok(a) => a,
-        Err(e) => {
-            eprintln!("{e}");
-            return ExitCode::from(2);
-        }
-    };
-    match run(args).await {
+    match run(cli.into_args()).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("overload: {e}");
             ExitCode::FAILURE
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    use super::*;
+
+    fn parse(argv: &[&str]) -> Result<Cli, String> {
+        Cli::try_parse_from(std::iter::once("overload").chain(argv.iter().copied()))
+            .map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn the_flags_read_as_before() {
+        Cli::command().debug_assert();
+        let args = parse(&[
+            "--limiter",
+            "none,fixed8",
+            "--rate",
+            "150",
+            "--workers",
+            "2",
+        ])
+        .unwrap()
+        .into_args();
+        assert_eq!(args.limiters, [LimiterKind::None, LimiterKind::Fixed(8)]);
+        assert_eq!(args.client.rate, Some(150.0));
+        assert_eq!((args.backend.workers, args.backend.workers_after), (2, 2));
+        assert_eq!(args.client.deadline, ClientConfig::default().deadline);
+        let url = parse(&["--backend", "http://127.0.0.1:8080/base"]).unwrap();
+        assert_eq!(
+            url.backend_url.unwrap().as_str(),
+            "http://127.0.0.1:8080/base/"
+        );
+        let Some(Run::Backend(backend)) = parse(&["backend", "--port", "0", "--exit-with-stdin"])
+            .unwrap()
+            .command
+        else {
+            panic!("not the backend")
+        };
+        assert!(backend.exit_with_stdin);
+        assert!(
+            parse(&["--overload", "2", "--rate", "5"])
+                .unwrap_err()
+                .contains("--rate")
+        );
+        assert!(
+            parse(&["--seconds", "0"])
+                .unwrap_err()
+                .contains("--seconds")
+        );
+        assert!(
+            parse(&["--backend", "nowhere"])
+                .unwrap_err()
+                .contains("--backend")
+        );
     }
 }

@@ -13,9 +13,21 @@
 
 use std::process::ExitCode;
 
+use clap::Parser;
+use flowguard_harness::overload::backend::{self, BACKEND_USAGE, BackendArgs};
+
+/// The backend of the real-socket overload run: `GET /work` waits in an unbounded FIFO queue for
+/// one of N workers that sleep S ms per request, with a step in the middle of each run.
+#[derive(Parser)]
+#[command(name = "overload_backend", override_usage = format!("overload_backend {BACKEND_USAGE}"))]
+struct Cli {
+    #[command(flatten)]
+    args: BackendArgs,
+}
+
 #[tokio::main]
 async fn main() -> ExitCode {
-    match flowguard_harness::overload::backend::main_with_args(std::env::args().skip(1)).await {
+    match backend::run(Cli::parse().args).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("overload_backend: {e}");

@@ -23,7 +23,7 @@ use axum::routing::{get, post};
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, oneshot};
 
-use super::args::{positive, value};
+use crate::cli;
 
 /// Workers, service time, and the step.
 #[derive(Debug, Clone, PartialEq)]
@@ -53,67 +53,93 @@ impl Default for BackendConfig {
     }
 }
 
-/// The backend's flags, for usage messages.
-pub const BACKEND_FLAGS: &str =
-    "[--workers N] [--service-ms S] [--step-at SEC|none] [--step-to MS] [--workers-to M]";
+/// The backend's flags: of `overload_backend` and `overload backend`, and of the `overload`
+/// client, which starts its backends with them. [`config`](Self::config) reads them.
+#[derive(clap::Args, Debug, Clone)]
+pub struct BackendFlags {
+    /// Workers before the step (and after it, unless --workers-to)
+    #[arg(long, value_name = "N", default_value_t = BackendConfig::default().workers,
+          value_parser = cli::positive::<usize>)]
+    pub workers: usize,
+    /// Service time of one request before the step, in milliseconds
+    #[arg(long = "service-ms", value_name = "S",
+          default_value_t = millis(BackendConfig::default().service), value_parser = cli::above_zero, allow_negative_numbers = true)]
+    pub service_ms: f64,
+    /// Seconds after the start of a run (`POST /run`) at which the step happens, or `none`
+    #[arg(long = "step-at", value_name = "SEC|none",
+          default_value_t = StepAt(BackendConfig::default().step_at), value_parser = StepAt::parse, allow_negative_numbers = true)]
+    pub step_at: StepAt,
+    /// Service time from the step on, in milliseconds
+    #[arg(long = "step-to", value_name = "MS",
+          default_value_t = millis(BackendConfig::default().service_after),
+          value_parser = cli::above_zero, allow_negative_numbers = true)]
+    pub step_to: f64,
+    /// Workers from the step on [default: --workers]
+    #[arg(long = "workers-to", value_name = "M", value_parser = cli::positive::<usize>)]
+    pub workers_to: Option<usize>,
+}
+
+impl BackendFlags {
+    /// The configuration the flags say.
+    pub fn config(&self) -> BackendConfig {
+        BackendConfig {
+            workers: self.workers,
+            service: Duration::from_secs_f64(self.service_ms / 1e3),
+            step_at: self.step_at.0,
+            service_after: Duration::from_secs_f64(self.step_to / 1e3),
+            workers_after: self.workers_to.unwrap_or(self.workers),
+        }
+    }
+}
+
+/// `--step-at`: seconds after the start of a run, or `none` for no step.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct StepAt(pub Option<Duration>);
+
+impl StepAt {
+    /// Reads `none` or a number of seconds >= 0.
+    pub fn parse(text: &str) -> Result<StepAt, String> {
+        if text == "none" {
+            return Ok(StepAt(None));
+        }
+        let seconds: f64 = text
+            .parse()
+            .map_err(|e| format!("{e} (seconds, or `none`)"))?;
+        if !(seconds.is_finite() && seconds >= 0.0) {
+            return Err("must be seconds >= 0, or `none`".into());
+        }
+        Ok(StepAt(Some(Duration::from_secs_f64(seconds))))
+    }
+}
+
+impl std::fmt::Display for StepAt {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.0 {
+            Some(at) => write!(f, "{}", at.as_secs_f64()),
+            None => f.write_str("none"),
+        }
+    }
+}
+
+/// `d` in milliseconds, as the flags write it.
+fn millis(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
 
 impl BackendConfig {
-    /// Reads `flag` (and its value from `args`) if it is a backend flag; `Ok(false)` if it is not.
-    /// `--workers` also sets the workers after the step unless `--workers-to` is given (in either
-    /// order; `workers_to_given` remembers it).
-    pub fn read_flag(
-        &mut self,
-        flag: &str,
-        args: &mut impl Iterator<Item = String>,
-        workers_to_given: &mut bool,
-    ) -> Result<bool, String> {
-        match flag {
-            "--workers" => {
-                self.workers = workers(args, flag)?;
-                if !*workers_to_given {
-                    self.workers_after = self.workers;
-                }
-            }
-            "--workers-to" => {
-                self.workers_after = workers(args, flag)?;
-                *workers_to_given = true;
-            }
-            "--service-ms" => self.service = millis(args, flag)?,
-            "--step-to" => self.service_after = millis(args, flag)?,
-            "--step-at" => {
-                let raw: String = value(args, flag)?;
-                self.step_at = if raw == "none" {
-                    None
-                } else {
-                    let seconds: f64 = raw
-                        .parse()
-                        .map_err(|e| format!("--step-at {raw}: {e} (seconds, or `none`)"))?;
-                    if !(seconds.is_finite() && seconds >= 0.0) {
-                        return Err(format!("--step-at must be seconds >= 0, got {raw}"));
-                    }
-                    Some(Duration::from_secs_f64(seconds))
-                };
-            }
-            _ => return Ok(false),
-        }
-        Ok(true)
-    }
-
     /// The flags that reproduce this configuration (to start a backend process with).
     pub fn to_flags(&self) -> Vec<String> {
-        let ms = |d: Duration| format!("{}", d.as_secs_f64() * 1e3);
         vec![
             "--workers".into(),
             self.workers.to_string(),
             "--workers-to".into(),
             self.workers_after.to_string(),
             "--service-ms".into(),
-            ms(self.service),
+            millis(self.service).to_string(),
             "--step-to".into(),
-            ms(self.service_after),
+            millis(self.service_after).to_string(),
             "--step-at".into(),
-            self.step_at
-                .map_or_else(|| "none".into(), |at| at.as_secs_f64().to_string()),
+            StepAt(self.step_at).to_string(),
         ]
     }
 
@@ -190,45 +216,30 @@ impl BackendConfig {
     }
 }
 
-fn workers(args: &mut impl Iterator<Item = String>, flag: &str) -> Result<usize, String> {
-    let n: usize = value(args, flag)?;
-    if n == 0 {
-        return Err(format!("{flag} must be at least 1"));
-    }
-    Ok(n)
+/// The flags of a backend process (`overload_backend`, `overload backend`).
+#[derive(clap::Args, Debug, Clone)]
+pub struct BackendArgs {
+    /// Port on 127.0.0.1 (0: a free one); the first line printed is `listening on http://ADDR/`
+    #[arg(long, value_name = "P", default_value_t = 0)]
+    pub port: u16,
+    /// Exit when standard input closes (how the `overload` client takes along a backend it
+    /// started, however it ends)
+    #[arg(long = "exit-with-stdin")]
+    pub exit_with_stdin: bool,
+    #[command(flatten)]
+    pub backend: BackendFlags,
 }
 
-fn millis(args: &mut impl Iterator<Item = String>, flag: &str) -> Result<Duration, String> {
-    Ok(Duration::from_secs_f64(positive(args, flag)? / 1e3))
-}
+/// The usage line of a backend process, after its program name.
+pub const BACKEND_USAGE: &str = "[--port P] [--workers N] [--service-ms S] [--step-at SEC|none] [--step-to MS] [--workers-to M]";
 
-/// Runs a backend from command-line flags (`--port P` and the [`BACKEND_FLAGS`]): binds loopback,
-/// prints `listening on http://ADDR/` as its first line of standard output, serves until killed
-/// (or, with `--exit-with-stdin`, until its standard input closes: the way a client that started
-/// it takes it along when it ends, even abruptly).
-pub async fn main_with_args(mut args: impl Iterator<Item = String>) -> Result<(), String> {
-    let mut config = BackendConfig::default();
-    let mut port = 0_u16;
-    let mut workers_to_given = false;
-    let mut exit_with_stdin = false;
-    while let Some(flag) = args.next() {
-        match flag.as_str() {
-            "--port" => port = value(&mut args, "--port")?,
-            "--exit-with-stdin" => exit_with_stdin = true,
-            "--help" | "-h" => {
-                return Err(format!(
-                    "usage: overload_backend [--port P] {BACKEND_FLAGS}"
-                ));
-            }
-            _ => {
-                if !config.read_flag(&flag, &mut args, &mut workers_to_given)? {
-                    return Err(format!(
-                        "unknown flag {flag}; usage: overload_backend [--port P] {BACKEND_FLAGS}"
-                    ));
-                }
-            }
-        }
-    }
+/// Runs a backend with `args`: binds loopback, prints `listening on http://ADDR/` as its first
+/// line of standard output, serves until killed (or, with `--exit-with-stdin`, until its
+/// standard input closes: the way a client that started it takes it along when it ends, even
+/// abruptly).
+pub async fn run(args: BackendArgs) -> Result<(), String> {
+    let (port, exit_with_stdin) = (args.port, args.exit_with_stdin);
+    let config = args.backend.config();
     let (listener, addr) = bind(port)
         .await
         .map_err(|e| format!("cannot listen on 127.0.0.1:{port}: {e}"))?;
@@ -450,16 +461,18 @@ fn json_response(json: serde_json::Value) -> impl IntoResponse {
 mod tests {
     use super::*;
 
+    #[derive(clap::Parser)]
+    struct Flags {
+        #[command(flatten)]
+        backend: BackendFlags,
+    }
+
     fn parse(flags: &[&str]) -> Result<BackendConfig, String> {
-        let mut config = BackendConfig::default();
-        let mut explicit = false;
-        let mut args = flags.iter().map(|s| s.to_string());
-        while let Some(flag) = args.next() {
-            if !config.read_flag(&flag, &mut args, &mut explicit)? {
-                return Err(format!("unknown flag {flag}"));
-            }
-        }
-        Ok(config)
+        use clap::Parser;
+        let argv = std::iter::once("backend").chain(flags.iter().copied());
+        Flags::try_parse_from(argv)
+            .map(|f| f.backend.config())
+            .map_err(|e| e.to_string())
     }
 
     #[test]

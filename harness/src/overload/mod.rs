@@ -10,7 +10,6 @@
 //! - [`report`]: goodput per second around the step, latency percentiles, the limit over time, the
 //!   targets, as a table or JSON.
 
-pub mod args;
 pub mod backend;
 pub mod client;
 pub mod gate;

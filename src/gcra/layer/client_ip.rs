@@ -6,7 +6,7 @@ use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 use http::header::{FORWARDED, HeaderName};
 use http::{HeaderMap, Request};
 
-use super::key::{KeyExtractor, RequestKey};
+use super::key::{KeyExtractor, RequestKey, or_method};
 
 const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 
@@ -72,6 +72,8 @@ impl Default for PeerIpKey {
         PeerIpKey::new()
     }
 }
+
+or_method!(PeerIpKey, XForwardedForKey, ForwardedKey);
 
 /// The peer address of a request, from its extensions.
 fn peer(extensions: &http::Extensions) -> Option<IpAddr> {

@@ -7,9 +7,10 @@
 //!
 //! * Keys: [`HeaderKey`] (an API key), [`PeerIpKey`] (axum's `ConnectInfo` with feature `axum`,
 //!   or a `SocketAddr` extension), [`XForwardedForKey`] and [`ForwardedKey`] behind trusted
-//!   proxies, [`GlobalKey`], or any closure ([`KeyExtractor`]); a cost and a tier per request
-//!   with [`KeyExtractor::with_cost`] and [`KeyExtractor::with_tier`]. Requests without a key:
-//!   [`MissingKey`] (by default they share one quota).
+//!   proxies, [`GlobalKey`], or any closure ([`KeyExtractor`]); the first of two that has a key
+//!   with [`Or`] (`HeaderKey::new("x-api-key")?.or(PeerIpKey::new())`); a cost and a tier per
+//!   request with [`KeyExtractor::with_cost`] and [`KeyExtractor::with_tier`]. Requests without
+//!   a key: [`MissingKey`] (by default they share one quota).
 //! * Policies: [`Policy::per_key`] and [`Policy::global`], in tiers
 //!   ([`QuotaLayerBuilder::tier`]), kept in one [`LimitSet`](crate::gcra::LimitSet): in memory
 //!   by default ([`MemoryLimitSet`](crate::gcra::MemoryLimitSet), atomic), or any other
@@ -89,7 +90,7 @@ pub use builder::{BuildError, QuotaLayerBuilder};
 pub use client_ip::{ForwardedKey, PeerIpKey, XForwardedForKey};
 pub use future::ResponseFuture;
 pub use grpc::GrpcRefusal;
-pub use key::{GlobalKey, HeaderKey, KeyExtractor, RequestKey, WithCost, WithTier};
+pub use key::{GlobalKey, HeaderKey, KeyExtractor, Or, RequestKey, WithCost, WithTier};
 pub use layer::QuotaLayer;
 pub use policy::{MissingKey, Policy, Scope};
 pub use refusal::{JsonRefusal, Refusal, RefusalKind, RefusalResponse};
