@@ -75,7 +75,8 @@ fn policies(headers: &HeaderMap) -> Vec<(String, u64)> {
 }
 
 /// The service behind the layer: counts its calls and answers with the remaining quota of the
-/// decision the layer put in the request's extensions (`-` without one).
+/// decision the layer put in the request's extensions (`-` without one, `unknown` for one
+/// without numbers).
 #[derive(Clone)]
 struct Counted(Arc<AtomicUsize>);
 
@@ -96,7 +97,10 @@ impl Service<Request<()>> for Counted {
         let remaining = req
             .extensions()
             .get::<Decision>()
-            .map_or("-".to_string(), |d| d.remaining.to_string());
+            .map_or("-".to_string(), |d| {
+                d.remaining()
+                    .map_or("unknown".to_string(), |left| left.to_string())
+            });
         std::future::ready(Ok(Response::new(remaining)))
     }
 }
@@ -237,7 +241,8 @@ async fn several_policies_decide_together_and_a_denial_spends_nothing() {
             .unwrap()
             .check_key_n(key, 0)
             .unwrap()
-            .remaining
+            .remaining()
+            .unwrap()
     };
 
     let first = send(&svc, Some("a")).await;
@@ -383,7 +388,7 @@ async fn a_custom_refusal_gets_the_decision_and_keeps_the_fields() {
             let mut response = Response::new(format!(
                 "{} spent; {} left",
                 refusal.policy().unwrap(),
-                decision.remaining
+                decision.remaining().unwrap()
             ));
             *response.status_mut() = StatusCode::SERVICE_UNAVAILABLE;
             response
