@@ -9,8 +9,8 @@ use std::sync::Arc;
 use http::{HeaderMap, HeaderValue, Response, StatusCode};
 
 use super::config::{Config, Tier};
-use super::observe::Outcome;
 use super::refusal::{Refusal, RefusalKind, RefusalResponse};
+use crate::gcra::observe::{self, Outcome};
 use crate::gcra::remote::StoreError;
 use crate::gcra::{CheckError, Decision, Decisions, GcraError, SetError};
 use crate::headers::{HeaderStyle, RATELIMIT, RATELIMIT_POLICY, write_retry_after};
@@ -146,17 +146,8 @@ pub(super) fn verdict<R, H: RefusalResponse<R>>(
     let decision = decisions[deciding];
     let policy = &tier.policies[deciding];
     let allowed = decisions.allowed();
-    let outcome = match () {
-        _ if decision.degraded.is_some() => Outcome::Degraded,
-        _ if allowed => Outcome::Allowed,
-        _ if config.shadow => Outcome::ShadowDenied,
-        _ => Outcome::Denied,
-    };
-    policy.counters.count(outcome);
-    if !span.is_disabled() {
-        span.record("policy", policy.name.as_str());
-        span.record("outcome", outcome.as_str());
-    }
+    let outcome = Outcome::of(&decision, allowed, config.shadow);
+    observe::record(span, &policy.counters, policy.name.as_str(), outcome);
     if allowed || config.shadow {
         if !allowed {
             tracing::debug!(policy = %policy.name, "shadow mode: would have refused (429)");
@@ -243,17 +234,17 @@ fn failed<R, H: RefusalResponse<R>>(
     };
     metrics::counter!("flowguard_rate_limit_errors_total", "reason" => reason).increment(1);
     let policy = &tier.policies[demand];
-    span.record("policy", policy.name.as_str());
-    let final_refusal = matches!(kind, RefusalKind::CostAboveBurst { .. });
-    if final_refusal {
-        let outcome = if config.shadow {
-            Outcome::ShadowDenied
-        } else {
-            Outcome::Denied
-        };
-        policy.counters.count(outcome);
-        span.record("outcome", outcome.as_str());
+    let outcome = match check_error {
+        Some(CheckError::Gcra(error)) => Outcome::of_error(error, config.shadow),
+        _ => None,
+    };
+    match outcome {
+        Some(outcome) => observe::record(span, &policy.counters, policy.name.as_str(), outcome),
+        None => {
+            span.record("policy", policy.name.as_str());
+        }
     }
+    let final_refusal = matches!(kind, RefusalKind::CostAboveBurst { .. });
     if config.shadow {
         return Verdict::Pass {
             decision: None,

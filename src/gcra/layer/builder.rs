@@ -8,9 +8,9 @@ use std::sync::Arc;
 
 use super::config::{Config, PolicyRule, Tier};
 use super::layer::QuotaLayer;
-use super::observe::Counters;
 use super::policy::{MissingKey, Policy, Scope};
 use super::refusal::JsonRefusal;
+use crate::gcra::observe::Counters;
 use crate::gcra::{LimitSet, LimitSpec, MemoryLimitSet, Quota};
 use crate::headers::{FieldError, HeaderStyle, PolicyList, PolicyName};
 

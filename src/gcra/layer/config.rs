@@ -1,8 +1,8 @@
 //! What a layer decides with, compiled once from its policies and tiers and shared by every
 //! service it makes.
 
-use super::observe::Counters;
 use super::policy::MissingKey;
+use crate::gcra::observe::Counters;
 use crate::headers::{HeaderStyle, PolicyList, PolicyName};
 
 /// Everything a request is decided with.

@@ -7,10 +7,10 @@ use http::StatusCode;
 use tower::Layer;
 
 use super::config::{Config, PolicyRule, Tier};
-use super::observe::Counters;
 use super::policy::MissingKey;
 use super::refusal::JsonRefusal;
 use super::service::QuotaService;
+use crate::gcra::observe::{Counters, SINGLE};
 use crate::gcra::{KeyedLimit, SeparateLimits};
 use crate::headers::{HeaderStyle, PolicyList, PolicyName};
 
@@ -40,9 +40,9 @@ impl<K> QuotaLayer<SeparateLimits, K> {
         let list = PolicyList::new(vec![quota.rate_limit_policy(name.clone())])
             .unwrap_or_else(|_| unreachable!("one policy is not an empty list"));
         let tier = Tier {
-            name: "default".to_owned(),
+            name: SINGLE.to_owned(),
             policies: Box::new([PolicyRule {
-                counters: Counters::new("default", name.as_str()),
+                counters: Counters::new(SINGLE, name.as_str()),
                 name,
                 limit: 0,
                 global: false,

@@ -81,7 +81,6 @@ mod grpc;
 mod key;
 #[allow(clippy::module_inception)]
 mod layer;
-mod observe;
 mod policy;
 mod refusal;
 mod service;

@@ -12,6 +12,7 @@ use super::future::ResponseFuture;
 use super::key::KeyExtractor;
 use super::policy::MissingKey;
 use super::refusal::RefusalResponse;
+use crate::gcra::observe;
 use crate::gcra::{Demand, LimitSet};
 
 /// Demands built on the stack; tiers with more policies use the heap.
@@ -116,12 +117,7 @@ where
             key: if rule.global { GLOBAL_KEY } else { key_bytes },
             cost,
         };
-        let span = tracing::debug_span!(
-            "quota_decision",
-            tier = %tier.name,
-            policy = tracing::field::Empty,
-            outcome = tracing::field::Empty,
-        );
+        let span = observe::span(&tier.name);
         let check = {
             let _entered = (!span.is_disabled()).then(|| span.enter());
             if tier.policies.len() <= INLINE_POLICIES {
