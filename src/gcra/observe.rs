@@ -14,6 +14,11 @@ pub(crate) const DECISIONS: &str = "flowguard_quota_decisions_total";
 /// rate-limit fields name it.
 pub(crate) const SINGLE: &str = "default";
 
+/// The policy label of a decision that no policy made: a request without a key refused by
+/// `MissingKey::Reject` (counted `denied`, or `shadow_denied` in shadow mode, which lets it
+/// through).
+pub(crate) const NO_POLICY: &str = "";
+
 static METADATA: Metadata<'static> =
     Metadata::new(module_path!(), Level::INFO, Some(module_path!()));
 

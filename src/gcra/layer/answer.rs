@@ -27,12 +27,13 @@ pub(super) enum Verdict<R> {
     Refuse(Response<R>),
 }
 
-/// The rate-limit fields of a passed request, written once the service answered.
+/// The rate-limit fields of a passed request, written once the service answered: the tier's
+/// policies, and the current limit of policy `deciding` when its `decision` knows it.
 #[derive(Clone, Copy, Debug)]
 pub(super) struct Fields {
     tier: usize,
     deciding: usize,
-    decision: Decision,
+    decision: Option<Decision>,
 }
 
 impl Fields {
@@ -45,14 +46,13 @@ impl Fields {
         match config.style {
             HeaderStyle::Ietf => Prepared::Ietf {
                 policy: tier.list.field_value().clone(),
-                limit: match self.decision.degraded {
-                    None => tier.list.limit_value(
-                        self.deciding,
-                        self.decision.remaining,
-                        self.decision.reset_after,
-                    ),
+                limit: match self.decision {
+                    Some(d) if d.degraded.is_none() => {
+                        tier.list
+                            .limit_value(self.deciding, d.remaining, d.reset_after)
+                    }
                     // Degraded: the numbers are not the shared state's, so none are advertised.
-                    Some(_) => None,
+                    _ => None,
                 },
             },
             _ => Prepared::Styled(self, config.clone()),
@@ -86,7 +86,7 @@ impl Prepared {
                 &config,
                 &config.tiers[fields.tier],
                 fields.deciding,
-                Some(&fields.decision),
+                fields.decision.as_ref(),
                 headers,
             ),
         }
@@ -140,7 +140,7 @@ pub(super) fn verdict<R, H: RefusalResponse<R>>(
     let tier = &config.tiers[tier_index];
     let decisions = match answer {
         Ok(decisions) => decisions,
-        Err(error) => return failed(config, tier, &error, refusal, span),
+        Err(error) => return failed(config, tier_index, &error, refusal, span),
     };
     let deciding = deciding(&decisions);
     let decision = decisions[deciding];
@@ -157,7 +157,7 @@ pub(super) fn verdict<R, H: RefusalResponse<R>>(
             fields: Some(Fields {
                 tier: tier_index,
                 deciding,
-                decision,
+                decision: Some(decision),
             }),
         };
     }
@@ -185,14 +185,16 @@ pub(super) fn verdict<R, H: RefusalResponse<R>>(
 }
 
 /// The verdict on a request the set returned `error` for (see the table in
-/// [`QuotaService`](super::QuotaService)), logged and counted. Shadow mode passes it.
+/// [`QuotaService`](super::QuotaService)), logged and counted. Shadow mode passes it, with the
+/// rate-limit fields its refusal would carry (a cost above the burst: the policies).
 fn failed<R, H: RefusalResponse<R>>(
     config: &Config,
-    tier: &Tier,
+    tier_index: usize,
     error: &SetError,
     refusal: &H,
     span: &tracing::Span,
 ) -> Verdict<R> {
+    let tier = &config.tiers[tier_index];
     let demand = error.demand().min(tier.policies.len().saturating_sub(1));
     let check_error = match error {
         SetError::Check { error, .. } => Some(error),
@@ -246,9 +248,16 @@ fn failed<R, H: RefusalResponse<R>>(
     }
     let final_refusal = matches!(kind, RefusalKind::CostAboveBurst { .. });
     if config.shadow {
+        if final_refusal {
+            tracing::debug!(policy = %policy.name, "shadow mode: would have refused (413)");
+        }
         return Verdict::Pass {
             decision: None,
-            fields: None,
+            fields: final_refusal.then_some(Fields {
+                tier: tier_index,
+                deciding: demand,
+                decision: None,
+            }),
         };
     }
     let retry_after = (status == StatusCode::SERVICE_UNAVAILABLE).then_some(Duration::from_secs(1));
@@ -271,12 +280,32 @@ fn failed<R, H: RefusalResponse<R>>(
     Verdict::Refuse(response)
 }
 
-/// The answer to a request without a key when the layer rejects those.
+/// The verdict on a request of tier `tier_index` without a key when the layer rejects those
+/// with `status`: refused, or passed in shadow mode (without a decision or fields: its refusal
+/// carries none); counted and traced under no policy.
 pub(super) fn missing_key<R, H: RefusalResponse<R>>(
+    config: &Config,
+    tier_index: usize,
     status: StatusCode,
     refusal: &H,
-) -> Response<R> {
-    refusal.respond(&Refusal {
+) -> Verdict<R> {
+    let tier = &config.tiers[tier_index];
+    let span = observe::span(&tier.name);
+    observe::record(
+        &span,
+        &tier.keyless,
+        observe::NO_POLICY,
+        Outcome::refused(config.shadow),
+    );
+    if config.shadow {
+        tracing::debug!(%status, "shadow mode: would have refused a request without a rate-limit key");
+        return Verdict::Pass {
+            decision: None,
+            fields: None,
+        };
+    }
+    tracing::debug!(%status, "request without a rate-limit key refused");
+    Verdict::Refuse(refusal.respond(&Refusal {
         kind: RefusalKind::MissingKey,
         status,
         policy: None,
@@ -284,5 +313,5 @@ pub(super) fn missing_key<R, H: RefusalResponse<R>>(
         decisions: None,
         retry_after: None,
         error: None,
-    })
+    }))
 }

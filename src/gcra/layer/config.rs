@@ -22,6 +22,8 @@ pub(super) struct Tier {
     pub(super) policies: Box<[PolicyRule]>,
     /// Every policy, as the rate-limit fields advertise them.
     pub(super) list: PolicyList,
+    /// Requests without a key that [`MissingKey::Reject`] refuses (or would, in shadow mode).
+    pub(super) keyless: Counters,
 }
 
 /// One policy of a tier, as the layer applies it.
