@@ -60,7 +60,7 @@ use crate::vegas::{AcquireError, Limiter};
 pub struct Guard {
     pub(super) admission: Option<Arc<dyn KeyedLimit>>,
     /// What [`admit`](Self::admit) counts its decisions in: the labels of a single quota, as
-    /// [`inbound_layer`](Self::inbound_layer) counts them.
+    /// `inbound_layer` (feature `tower`) counts them.
     pub(super) decisions: Arc<Counters>,
     /// Where the quota is kept, for the layers `quota_layer` builds on the same store.
     #[cfg_attr(not(feature = "tower"), allow(dead_code))]
