@@ -23,7 +23,7 @@ use flowguard::gcra::layer::{
 use flowguard::gcra::{
     ConfigError, Decision, KeyedLimit, KeyedRateLimiter, LimitSpec, MemoryLimitSet, Quota,
 };
-use flowguard::headers::{QuotaPolicy, ServiceLimit};
+use flowguard::headers::{HeaderStyle, QuotaPolicy, ServiceLimit};
 use http::{HeaderMap, Request, Response, StatusCode};
 use tower::{Layer, Service, ServiceExt};
 
@@ -76,7 +76,8 @@ fn policies(headers: &HeaderMap) -> Vec<(String, u64)> {
 }
 
 /// The service behind the layer: counts its calls and answers with the remaining quota of the
-/// decision the layer put in the request's extensions (`-` without one).
+/// decision the layer put in the request's extensions (`-` without one, `unknown` for one
+/// without numbers).
 #[derive(Clone)]
 struct Counted(Arc<AtomicUsize>);
 
@@ -97,7 +98,10 @@ impl Service<Request<()>> for Counted {
         let remaining = req
             .extensions()
             .get::<Decision>()
-            .map_or("-".to_string(), |d| d.remaining.to_string());
+            .map_or("-".to_string(), |d| {
+                d.remaining()
+                    .map_or("unknown".to_string(), |left| left.to_string())
+            });
         std::future::ready(Ok(Response::new(remaining)))
     }
 }
@@ -238,7 +242,8 @@ async fn several_policies_decide_together_and_a_denial_spends_nothing() {
             .unwrap()
             .check_key_n(key, 0)
             .unwrap()
-            .remaining
+            .remaining()
+            .unwrap()
     };
 
     let first = send(&svc, Some("a")).await;
@@ -372,6 +377,108 @@ async fn shadow_mode_never_refuses_and_counts_what_it_would_have() {
     assert_eq!(counted("denied"), None);
 }
 
+/// A cost above the burst can never pass: in shadow mode it passes anyway, with the policies
+/// (whose `q` is the burst, as its 413 would carry) but no `RateLimit` member and no decision,
+/// counted as would-be-denied under that policy; in either header style.
+#[tokio::test]
+async fn shadow_mode_passes_a_cost_above_the_burst_with_the_policies_and_counts_it() {
+    let cost = |req: &Request<()>| {
+        req.headers()
+            .get("x-cost")
+            .map_or(1, |v| v.to_str().unwrap().parse().unwrap())
+    };
+    let costly = || {
+        Request::builder()
+            .header("x-api-key", "alice")
+            .header("x-cost", "4")
+            .body(())
+            .unwrap()
+    };
+    for style in [HeaderStyle::Ietf, HeaderStyle::Legacy] {
+        let layer = QuotaLayer::builder(api_key().with_cost(cost))
+            .policy(Policy::per_key(
+                "per-second",
+                Quota::per_second(2).unwrap().with_burst(3).unwrap(),
+            ))
+            .build_with(memory(&ManualClock::new()))
+            .unwrap()
+            .header_style(style)
+            .shadow(true);
+        let calls = Arc::new(AtomicUsize::new(0));
+        let mut svc = service(layer, &calls);
+        let (recorder, store) = recorder::TestRecorder::new();
+        let future = metrics::with_local_recorder(&recorder, || svc.call(costly()));
+        let resp = future.await.unwrap();
+        assert_eq!(
+            resp.status(),
+            StatusCode::OK,
+            "{style:?}: shadow mode never refuses"
+        );
+        assert_eq!(calls.load(Ordering::SeqCst), 1);
+        assert_eq!(resp.body(), "-", "no decision was made");
+        let headers = resp.headers();
+        assert!(headers.get("retry-after").is_none());
+        match style {
+            HeaderStyle::Ietf => {
+                assert_eq!(policies(headers), vec![("per-second".into(), 3)]);
+                assert!(headers.get("ratelimit").is_none(), "no numbers");
+            }
+            _ => {
+                assert_eq!(headers["x-ratelimit-limit"], "3");
+                assert!(headers.get("x-ratelimit-remaining").is_none(), "no numbers");
+            }
+        }
+        let counted = |outcome: &str| {
+            store.get(&format!(
+                "flowguard_quota_decisions_total{{tier=default,policy=per-second,outcome={outcome}}}"
+            ))
+        };
+        assert_eq!(counted("shadow_denied"), Some(1.0));
+        assert_eq!(counted("denied"), None);
+    }
+}
+
+/// `MissingKey::Reject` refuses a request without a key, counted as denied under no policy
+/// (`policy=""`); in shadow mode, which never denies, the request passes (without fields or a
+/// decision: its refusal carries none) and is counted as would-be-denied.
+#[tokio::test]
+async fn shadow_mode_passes_a_request_without_a_key_that_would_be_rejected() {
+    let calls = Arc::new(AtomicUsize::new(0));
+    let (recorder, store) = recorder::TestRecorder::new();
+    for shadow in [false, true] {
+        let layer = QuotaLayer::builder(api_key())
+            .tier(
+                "free",
+                [Policy::per_key("per-key", Quota::per_minute(1).unwrap())],
+            )
+            .build()
+            .unwrap()
+            .missing_key(MissingKey::Reject(StatusCode::UNAUTHORIZED))
+            .shadow(shadow);
+        let mut svc = service(layer, &calls);
+        for _ in 0..2 {
+            let future = metrics::with_local_recorder(&recorder, || svc.call(request(None)));
+            let resp = future.await.unwrap();
+            if shadow {
+                assert_eq!(resp.status(), StatusCode::OK, "shadow mode never refuses");
+                assert_eq!(resp.body(), "-", "no decision was made");
+                assert!(resp.headers().get("ratelimit-policy").is_none());
+            } else {
+                assert_eq!(resp.status(), StatusCode::UNAUTHORIZED);
+            }
+        }
+    }
+    assert_eq!(calls.load(Ordering::SeqCst), 2, "only the shadow requests");
+    let counted = |outcome: &str| {
+        store.get(&format!(
+            "flowguard_quota_decisions_total{{tier=free,policy=,outcome={outcome}}}"
+        ))
+    };
+    assert_eq!(counted("denied"), Some(2.0));
+    assert_eq!(counted("shadow_denied"), Some(2.0));
+    assert_eq!(counted("allowed"), None);
+}
+
 #[tokio::test]
 async fn a_custom_refusal_gets_the_decision_and_keeps_the_fields() {
     let layer = QuotaLayer::builder(api_key())
@@ -384,7 +491,7 @@ async fn a_custom_refusal_gets_the_decision_and_keeps_the_fields() {
             let mut response = Response::new(format!(
                 "{} spent; {} left",
                 refusal.policy().unwrap(),
-                decision.remaining
+                decision.remaining().unwrap()
             ));
             *response.status_mut() = StatusCode::SERVICE_UNAVAILABLE;
             response

@@ -75,7 +75,8 @@ async fn left(set: &RemoteLimitSet<RedisStore>, limit: usize, key: &[u8]) -> u32
         .check(key, 0)
         .await
         .unwrap()
-        .remaining
+        .remaining()
+        .unwrap()
 }
 
 #[tokio::test]

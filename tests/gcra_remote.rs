@@ -125,7 +125,10 @@ fn limiter(policy: FailurePolicy) -> (RemoteRateLimiter<MapStore>, Arc<Counts>, 
 async fn one_store_key_per_check_and_none_for_a_cost_above_the_burst() {
     let (limiter, counts, _) = limiter(FailurePolicy::local_instances(2));
     let d = limiter.check_key_n(b"k", 3).await.unwrap();
-    assert_eq!((d.allowed, d.remaining, d.degraded), (true, 7, None));
+    assert_eq!(
+        (d.allowed, d.remaining().unwrap(), d.degraded),
+        (true, 7, None)
+    );
     assert_eq!(counts.keys.load(Ordering::SeqCst), 1);
     assert_eq!(
         limiter.check_key_n(b"k", 11).await,
@@ -190,13 +193,13 @@ async fn a_failed_group_is_probed_once_per_interval_and_recovers_on_the_first_an
 }
 
 #[tokio::test(start_paused = true)]
-async fn fail_open_reports_an_idle_key_and_the_fallback_this_instances_share() {
+async fn fail_open_reports_no_numbers_and_the_fallback_this_instances_share() {
     let (open, _, _) = limiter(FailurePolicy::FailOpen);
     open.store().down[0].store(true, Ordering::SeqCst);
     let d = open.check_key_n(b"a", 4).await.unwrap();
     assert_eq!(
-        (d.allowed, d.remaining, d.degraded),
-        (true, 6, Some(Degradation::FailOpen))
+        (d.allowed, d.remaining(), d.reset_after(), d.degraded),
+        (true, None, None, Some(Degradation::FailOpen))
     );
 
     let (local, _, clock) = limiter(FailurePolicy::local_instances(2));
@@ -209,6 +212,22 @@ async fn fail_open_reports_an_idle_key_and_the_fallback_this_instances_share() {
     assert_eq!(
         (d.allowed, d.degraded),
         (false, Some(Degradation::LocalFallback))
+    );
+    // Real numbers, of this instance's share: its burst, its state.
+    assert_eq!(
+        (d.limit, d.remaining(), d.reset_after()),
+        (5, Some(0), Some(Duration::from_secs(1)))
+    );
+    // A cost within the quota's burst but above the share's: denied until the store is asked
+    // again, with the share's numbers of the key as they are (nothing spent).
+    let d = local.check_key_n(b"c", 7).await.unwrap();
+    assert_eq!(
+        (d.allowed, d.degraded, d.retry_after),
+        (false, Some(Degradation::LocalFallback), Some(PROBE))
+    );
+    assert_eq!(
+        (d.limit, d.remaining(), d.reset_after()),
+        (5, Some(5), Some(Duration::ZERO))
     );
     // The fallback reads the store's clock: 200 ms (one interval of 5 per second) later, one more.
     clock.advance(Duration::from_millis(200));
@@ -223,5 +242,5 @@ async fn the_remote_limiter_is_a_keyed_limit_whose_check_owns_its_work() {
     let check = shared.check(b"k", 10);
     drop(shared);
     let d = tokio::spawn(check).await.unwrap().unwrap();
-    assert_eq!((d.allowed, d.remaining), (true, 0));
+    assert_eq!((d.allowed, d.remaining().unwrap()), (true, 0));
 }

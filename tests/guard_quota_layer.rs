@@ -42,7 +42,7 @@ async fn left(set: &Arc<dyn LimitSet>, limit: usize, key: &[u8]) -> u64 {
         key,
         cost: 0,
     }];
-    u64::from(set.check_all(&peek).await.unwrap()[0].remaining)
+    u64::from(set.check_all(&peek).await.unwrap()[0].remaining().unwrap())
 }
 
 /// The three quotas on `guard`'s store: a denial by one spends nothing from the others, and

@@ -66,8 +66,8 @@ async fn a_bad_key_fails_only_its_own_decision_in_a_coalesced_call() {
     let foreign = spawn_check(&limiter, b"foreign", 1).await;
     let again = spawn_check(&limiter, b"b", 3).await;
     server.resume();
-    assert_eq!(first.await.unwrap().unwrap().remaining, 9);
-    assert_eq!(good.await.unwrap().unwrap().remaining, 8);
+    assert_eq!(first.await.unwrap().unwrap().remaining(), Some(9));
+    assert_eq!(good.await.unwrap().unwrap().remaining(), Some(8));
     assert_eq!(
         wrong.await.unwrap(),
         Err(CheckError::Store(StoreError::WrongType {
@@ -81,7 +81,7 @@ async fn a_bad_key_fails_only_its_own_decision_in_a_coalesced_call() {
         }))
     );
     assert_eq!(
-        again.await.unwrap().unwrap().remaining,
+        again.await.unwrap().unwrap().remaining().unwrap(),
         5,
         "decided after its neighbour on the same key"
     );
@@ -104,16 +104,16 @@ async fn coalesced_peek_on_a_list(server: &mut RedisServer, url: String) {
     let fresh_peek = spawn_check(&limiter, b"c", 0).await;
     let again = spawn_check(&limiter, b"b", 3).await;
     server.resume();
-    assert_eq!(first.await.unwrap().unwrap().remaining, 9);
-    assert_eq!(good.await.unwrap().unwrap().remaining, 8);
+    assert_eq!(first.await.unwrap().unwrap().remaining(), Some(9));
+    assert_eq!(good.await.unwrap().unwrap().remaining(), Some(8));
     assert_eq!(
         peek.await.unwrap(),
         Err(CheckError::Store(StoreError::WrongType {
             key: "fg:=list".into()
         }))
     );
-    assert_eq!(fresh_peek.await.unwrap().unwrap().remaining, 10);
-    assert_eq!(again.await.unwrap().unwrap().remaining, 5);
+    assert_eq!(fresh_peek.await.unwrap().unwrap().remaining(), Some(10));
+    assert_eq!(again.await.unwrap().unwrap().remaining(), Some(5));
     // The first alone, the four others together, the list key again alone.
     assert_eq!(store.script_calls() - before, 3);
     assert_eq!(
@@ -156,11 +156,11 @@ async fn a_call_of_more_keys_than_one_mget_reads_decides_each_in_order() {
         tasks.push(spawn_check(&limiter, format!("k{}", i % 200).as_bytes(), 1).await);
     }
     server.resume();
-    assert_eq!(first.await.unwrap().unwrap().remaining, 9);
+    assert_eq!(first.await.unwrap().unwrap().remaining(), Some(9));
     for (i, task) in tasks.into_iter().enumerate() {
         let expected = if i < 200 { 9 } else { 8 };
         assert_eq!(
-            task.await.unwrap().unwrap().remaining,
+            task.await.unwrap().unwrap().remaining().unwrap(),
             expected,
             "decision {i}"
         );
@@ -194,9 +194,9 @@ async fn coalesced_decisions_keep_the_server_clock_and_their_ttl() {
     for t in tasks {
         decisions.push(t.await.unwrap().unwrap());
     }
-    let remaining: Vec<u32> = decisions.iter().map(|d| d.remaining).collect();
+    let remaining: Vec<u32> = decisions.iter().map(|d| d.remaining().unwrap()).collect();
     assert_eq!(remaining, [9, 8, 10, 0]);
-    assert_eq!(decisions[1].reset_after, Duration::from_secs(12));
+    assert_eq!(decisions[1].reset_after(), Some(Duration::from_secs(12)));
     let ttl = |key| server.cli(&["pttl", key]).parse::<i64>().unwrap();
     assert!(
         (11_000..=12_000).contains(&ttl("ttl:=x")),
@@ -277,7 +277,7 @@ async fn quotas(
 }
 
 fn remaining(decisions: &[Decision]) -> Vec<u32> {
-    decisions.iter().map(|d| d.remaining).collect()
+    decisions.iter().map(|d| d.remaining().unwrap()).collect()
 }
 
 #[tokio::test]
@@ -383,7 +383,7 @@ async fn the_same_quota_twice_must_fit_the_sum() {
     assert_eq!(
         answers
             .iter()
-            .map(|a| a.decision.remaining)
+            .map(|a| a.decision.remaining().unwrap())
             .collect::<Vec<_>>(),
         [7, 7]
     );
@@ -486,7 +486,12 @@ async fn a_denied_group_spends_nothing_under_contention() {
         pairs_allowed += t.await.unwrap();
     }
     let (wide, _) = &*instances[0];
-    let left = wide.check_key_n(b"w", 0).await.unwrap().remaining;
+    let left = wide
+        .check_key_n(b"w", 0)
+        .await
+        .unwrap()
+        .remaining()
+        .unwrap();
     assert_eq!(5000 - left, pairs_allowed);
     // The narrow quota (200) ran out: some pairs were denied, and spent nothing.
     assert!(pairs_allowed < 240, "{pairs_allowed}");
@@ -531,7 +536,7 @@ async fn with_the_store_down_each_quota_answers_by_its_policy_all_or_nothing() {
     assert!(d.iter().all(|d| d.allowed));
     assert_eq!(d[0].degraded, Some(Degradation::FailOpen));
     assert_eq!(
-        (d[1].degraded, d[1].remaining),
+        (d[1].degraded, d[1].remaining().unwrap()),
         (Some(Degradation::LocalFallback), 2)
     );
     // Fail closed denies the request: the local share is not spent.
@@ -544,7 +549,7 @@ async fn with_the_store_down_each_quota_answers_by_its_policy_all_or_nothing() {
         .await
         .unwrap();
     assert_eq!(
-        (d[0].allowed, d[0].remaining),
+        (d[0].allowed, d[0].remaining().unwrap()),
         (true, 0),
         "2 were still there"
     );

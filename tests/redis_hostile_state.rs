@@ -106,7 +106,10 @@ async fn values_the_script_never_writes_are_corrupt_state_and_left_alone() {
             // Deleting the key is the recovery: the key is then idle.
             server.cli(&["del", std::str::from_utf8(&key).unwrap()]);
             let d = limiter.check_key(id.as_bytes()).await.unwrap();
-            assert!(d.allowed && d.remaining == 9, "{mode}: {value:?} after DEL");
+            assert!(
+                d.allowed && d.remaining().unwrap() == 9,
+                "{mode}: {value:?} after DEL"
+            );
         }
     }
 }
@@ -132,7 +135,11 @@ async fn a_state_beyond_the_window_is_a_spent_key_for_one_window_at_most() {
         // A peek reports a fully spent key and writes nothing.
         let peek = limiter.check_key_n(b"k", 0).await.unwrap();
         assert_eq!(
-            (peek.allowed, peek.remaining, peek.reset_after),
+            (
+                peek.allowed,
+                peek.remaining().unwrap(),
+                peek.reset_after().unwrap()
+            ),
             (true, 0, Duration::from_secs(1))
         );
         assert_eq!(&get(&server, &key), value);
@@ -140,7 +147,7 @@ async fn a_state_beyond_the_window_is_a_spent_key_for_one_window_at_most() {
         let d = limiter.check_key(b"k").await.unwrap();
         assert!(!d.allowed);
         assert_eq!(d.retry_after, Some(Duration::from_millis(100)));
-        assert_eq!(d.reset_after, Duration::from_secs(1));
+        assert_eq!(d.reset_after(), Some(Duration::from_secs(1)));
         assert_eq!(get(&server, &key), horizon.to_string(), "now + B*T");
         let pttl: u64 = server
             .cli(&["pttl", std::str::from_utf8(&key).unwrap()])
@@ -195,11 +202,11 @@ async fn a_fraction_of_another_quota_is_rounded_up() {
     // One token spent at 0 is 333,333 1/3 µs: nine tokens are left, exactly.
     set(&server, &key, "333333+1/3");
     let peek = limiter.check_key_n(b"k", 0).await.unwrap();
-    assert_eq!(peek.reset_after, Duration::from_micros(333_334));
-    assert_eq!(peek.remaining, 9);
+    assert_eq!(peek.reset_after(), Some(Duration::from_micros(333_334)));
+    assert_eq!(peek.remaining(), Some(9));
     // 1/7 is not a fraction of this quota's: read as 333,334 µs, a little later, so only eight.
     set(&server, &key, "333333+1/7");
     let peek = limiter.check_key_n(b"k", 0).await.unwrap();
-    assert_eq!(peek.reset_after, Duration::from_micros(333_334));
-    assert_eq!(peek.remaining, 8);
+    assert_eq!(peek.reset_after(), Some(Duration::from_micros(333_334)));
+    assert_eq!(peek.remaining(), Some(8));
 }

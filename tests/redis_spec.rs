@@ -40,18 +40,26 @@ async fn cost_n_spends_exactly_n_tokens() {
     let d = limiter.check_key_n(b"k", 1).await.unwrap();
     assert!(d.allowed && d.degraded.is_none());
     assert_eq!(
-        (d.limit, d.remaining, d.reset_after, d.retry_after),
+        (
+            d.limit,
+            d.remaining().unwrap(),
+            d.reset_after().unwrap(),
+            d.retry_after
+        ),
         (10, 9, Duration::from_millis(100), None)
     );
     let d = limiter.check_key_n(b"k", 2).await.unwrap();
     assert!(d.allowed);
     assert_eq!(
-        (d.remaining, d.reset_after),
+        (d.remaining().unwrap(), d.reset_after().unwrap()),
         (7, Duration::from_millis(300))
     );
     let d = limiter.check_key_n(b"k", 7).await.unwrap();
     assert!(d.allowed);
-    assert_eq!((d.remaining, d.reset_after), (0, Duration::from_secs(1)));
+    assert_eq!(
+        (d.remaining().unwrap(), d.reset_after().unwrap()),
+        (0, Duration::from_secs(1))
+    );
     let d = limiter.check_key_n(b"k", 1).await.unwrap();
     assert!(!d.allowed);
     assert_eq!(d.retry_after, Some(Duration::from_millis(100)));
@@ -115,7 +123,7 @@ async fn peeks_and_denials_change_nothing() {
     let limiter = explicit(&server, Quota::per_second(10).unwrap(), &clock).await;
     let peek = limiter.check_key_n(b"k", 0).await.unwrap();
     assert!(peek.allowed);
-    assert_eq!(peek.remaining, 10);
+    assert_eq!(peek.remaining(), Some(10));
     assert_eq!(server.cli(&["dbsize"]), "0", "a peek stores nothing");
     let _ = limiter.check_key_n(b"k", 9).await.unwrap();
     let key = limiter.store().key(b"k");
@@ -126,7 +134,15 @@ async fn peeks_and_denials_change_nothing() {
         .await
         .unwrap();
     assert!(!limiter.check_key_n(b"k", 2).await.unwrap().allowed);
-    assert_eq!(limiter.check_key_n(b"k", 0).await.unwrap().remaining, 1);
+    assert_eq!(
+        limiter
+            .check_key_n(b"k", 0)
+            .await
+            .unwrap()
+            .remaining()
+            .unwrap(),
+        1
+    );
     let after: String = redis::cmd("GET")
         .arg(&key)
         .query_async(&mut conn)
@@ -150,7 +166,7 @@ async fn server_time_keys_carry_the_tat_and_expire() {
         .unwrap();
     let d = limiter.check_key_n(b"\x00bin\xffary", 3).await.unwrap();
     assert!(d.allowed);
-    assert_eq!(d.remaining, 7);
+    assert_eq!(d.remaining(), Some(7));
     let key = limiter.store().key(b"\x00bin\xffary");
     assert_eq!(key, b"t:=\x00bin\xffary");
     let mut conn = raw(&server).await;

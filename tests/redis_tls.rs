@@ -19,7 +19,10 @@ async fn rediss_urls_speak_tls() {
         .build()
         .unwrap();
     let d = limiter.check_key_n(b"k", 4).await.unwrap();
-    assert_eq!((d.allowed, d.remaining, d.degraded), (true, 6, None));
+    assert_eq!(
+        (d.allowed, d.remaining().unwrap(), d.degraded),
+        (true, 6, None)
+    );
     // The same server refuses plaintext: a redis:// URL does not get a working store.
     let plain = format!("redis://127.0.0.1:{}", server.port);
     assert!(

@@ -194,10 +194,16 @@ async fn stale_tokens_are_not_hoarded() {
         .max_keys(1000)
         .build()
         .unwrap();
-    assert_eq!(limiter.check(b"k", 1).await.unwrap().remaining, 49);
+    assert_eq!(
+        limiter.check(b"k", 1).await.unwrap().remaining().unwrap(),
+        49
+    );
     clock.advance(Duration::from_secs(1));
     // The 49 left are a second old: dropped; a fresh batch is reserved.
-    assert_eq!(limiter.check(b"k", 1).await.unwrap().remaining, 49);
+    assert_eq!(
+        limiter.check(b"k", 1).await.unwrap().remaining().unwrap(),
+        49
+    );
     assert_eq!(store.calls(), 2);
     // Idle reservoirs are reclaimed.
     clock.advance(Duration::from_secs(1));

@@ -67,7 +67,7 @@ impl From<u64> for Ticks {
 /// let gcra = Gcra::new(&Quota::per_second(10)?);      // T = 100 ms, B = 10, ticks are ns
 /// let step = gcra.decide(Ticks::ZERO, 0, 1)?;           // empty key at t = 0
 /// assert!(step.decision.allowed);
-/// assert_eq!(step.decision.remaining, 9);
+/// assert_eq!(step.decision.remaining(), Some(9));
 /// assert_eq!(step.new_tat, Some(Ticks::from(100_000_000)));
 ///
 /// // 3 per second: T = 333,333,333 + 1/3 ns, carried exactly.

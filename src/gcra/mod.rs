@@ -55,6 +55,7 @@ mod keyed;
 pub mod layer;
 mod limit_key;
 mod limiter;
+pub(crate) mod observe;
 mod quota;
 #[cfg(feature = "redis")]
 pub mod redis;

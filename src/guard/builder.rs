@@ -8,6 +8,7 @@ use super::error::BuildError;
 use super::guard::Guard;
 use super::store::{Kept, StoreSettings};
 use crate::backoff::RetryPolicy;
+use crate::gcra::observe::{Counters, SINGLE};
 use crate::gcra::{KeyedLimit, Quota};
 use crate::vegas::{DEFAULT_ACQUIRE_TIMEOUT, Limiter, Vegas};
 
@@ -241,6 +242,7 @@ impl GuardBuilder {
         };
         Ok(Guard {
             admission,
+            decisions: Arc::new(Counters::new(SINGLE, SINGLE)),
             kept,
             concurrency,
             retry: self.retry,

@@ -8,7 +8,8 @@ use std::time::Duration;
 use super::error::AdmitError;
 use super::hook::PermitPerAttempt;
 use crate::backoff::{Classification, RetryError, RetryPolicy};
-use crate::gcra::{Decision, KeyedLimit};
+use crate::gcra::observe::{self, Counters, Outcome, SINGLE};
+use crate::gcra::{CheckError, Decision, KeyedLimit};
 use crate::vegas::{AcquireError, Limiter};
 
 /// Overload protection for one service: admit inbound requests by quota, and make outbound calls
@@ -58,6 +59,9 @@ use crate::vegas::{AcquireError, Limiter};
 #[derive(Clone)]
 pub struct Guard {
     pub(super) admission: Option<Arc<dyn KeyedLimit>>,
+    /// What [`admit`](Self::admit) counts its decisions in: the labels of a single quota, as
+    /// `inbound_layer` (feature `tower`) counts them.
+    pub(super) decisions: Arc<Counters>,
     /// Where the quota is kept, for the layers `quota_layer` builds on the same store.
     #[cfg_attr(not(feature = "tower"), allow(dead_code))]
     pub(super) kept: super::store::Kept,
@@ -90,16 +94,34 @@ impl Guard {
 
     /// Checks one token of `key`'s quota for an inbound request.
     /// Without a configured quota this is [`AdmitError::NoRateLimit`].
+    ///
+    /// Observed as the inbound layer's decisions are: counted in
+    /// `flowguard_quota_decisions_total{tier="default",policy="default",outcome}` (`allowed`,
+    /// `denied`, `degraded`; a cost above the burst is `denied`), and made inside a
+    /// `quota_decision` tracing span (debug level) recording the policy and the outcome.
     pub async fn admit(&self, key: &[u8]) -> Result<Decision, AdmitError> {
         self.admit_n(key, 1).await
     }
 
-    /// Checks `cost` tokens of `key`'s quota.
+    /// Checks `cost` tokens of `key`'s quota (observed as [`admit`](Self::admit) is).
     pub async fn admit_n(&self, key: &[u8], cost: u32) -> Result<Decision, AdmitError> {
-        match &self.admission {
-            Some(limit) => limit.check(key, cost).await.map_err(AdmitError::Check),
-            None => Err(AdmitError::NoRateLimit),
+        let limit = self.admission.as_ref().ok_or(AdmitError::NoRateLimit)?;
+        let span = observe::span(SINGLE);
+        // An in-memory limit decides in `check` itself, one that does I/O while polled.
+        let check = {
+            let _entered = span.enter();
+            limit.check(key, cost)
+        };
+        let answer = tracing::Instrument::instrument(check, span.clone()).await;
+        let outcome = match &answer {
+            Ok(decision) => Some(Outcome::of(decision, decision.allowed, false)),
+            Err(CheckError::Gcra(error)) => Outcome::of_error(error, false),
+            Err(_) => None,
+        };
+        if let Some(outcome) = outcome {
+            observe::record(&span, &self.decisions, SINGLE, outcome);
         }
+        answer.map_err(AdmitError::Check)
     }
 
     /// Makes an outbound call: each attempt holds a permit of the guard's concurrency limiter,

@@ -47,7 +47,7 @@ const INLINE_DEMANDS: usize = 8;
 /// # assert!(answer.allowed());
 /// # let answer = set.check_all(&request(b"bob")).into_ready().unwrap()?;
 /// # assert!(!answer.allowed());
-/// # assert_eq!(answer[0].remaining, 10, "bob's own limit is untouched");
+/// # assert_eq!(answer[0].remaining(), Some(10), "bob's own limit is untouched");
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub struct MemoryLimitSet<C: Clock = MonotonicClock> {

@@ -35,7 +35,7 @@ use std::sync::Arc;
 /// let request = |key| [Demand { limit: 0, key, cost: 1 }, Demand { limit: 1, key: b"", cost: 1 }];
 /// assert!(set.check_all(&request(b"a")).await?.allowed());
 /// let denied = set.check_all(&request(b"b")).await?;
-/// assert!(!denied.allowed() && denied[0].remaining == 5);
+/// assert!(!denied.allowed() && denied[0].remaining() == Some(5));
 /// # Ok(())
 /// # }
 /// ```

@@ -76,7 +76,7 @@ impl LimitSpec {
 /// let third = set.check_all(&both(b"alice")).await?;
 /// assert!(!third.allowed()); // the per-second limit is spent...
 /// assert!(third[1].allowed); // ...the per-minute one would fit,
-/// assert_eq!(third[1].remaining, 1); // and was not spent.
+/// assert_eq!(third[1].remaining(), Some(1)); // and was not spent.
 /// # Ok(())
 /// # }
 /// ```

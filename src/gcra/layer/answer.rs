@@ -9,8 +9,8 @@ use std::sync::Arc;
 use http::{HeaderMap, HeaderValue, Response, StatusCode};
 
 use super::config::{Config, Tier};
-use super::observe::Outcome;
 use super::refusal::{Refusal, RefusalKind, RefusalResponse};
+use crate::gcra::observe::{self, Outcome};
 use crate::gcra::remote::StoreError;
 use crate::gcra::{CheckError, Decision, Decisions, GcraError, SetError};
 use crate::headers::{HeaderStyle, RATELIMIT, RATELIMIT_POLICY, write_retry_after};
@@ -27,12 +27,13 @@ pub(super) enum Verdict<R> {
     Refuse(Response<R>),
 }
 
-/// The rate-limit fields of a passed request, written once the service answered.
+/// The rate-limit fields of a passed request, written once the service answered: the tier's
+/// policies, and the current limit of policy `deciding` when its `decision` knows it.
 #[derive(Clone, Copy, Debug)]
 pub(super) struct Fields {
     tier: usize,
     deciding: usize,
-    decision: Decision,
+    decision: Option<Decision>,
 }
 
 impl Fields {
@@ -45,14 +46,13 @@ impl Fields {
         match config.style {
             HeaderStyle::Ietf => Prepared::Ietf {
                 policy: tier.list.field_value().clone(),
-                limit: match self.decision.degraded {
-                    None => tier.list.limit_value(
-                        self.deciding,
-                        self.decision.remaining,
-                        self.decision.reset_after,
-                    ),
+                limit: match self.decision {
+                    Some(d) if d.degraded.is_none() => {
+                        tier.list
+                            .limit_value(self.deciding, d.remaining, d.reset_after)
+                    }
                     // Degraded: the numbers are not the shared state's, so none are advertised.
-                    Some(_) => None,
+                    _ => None,
                 },
             },
             _ => Prepared::Styled(self, config.clone()),
@@ -86,7 +86,7 @@ impl Prepared {
                 &config,
                 &config.tiers[fields.tier],
                 fields.deciding,
-                Some(&fields.decision),
+                fields.decision.as_ref(),
                 headers,
             ),
         }
@@ -140,23 +140,14 @@ pub(super) fn verdict<R, H: RefusalResponse<R>>(
     let tier = &config.tiers[tier_index];
     let decisions = match answer {
         Ok(decisions) => decisions,
-        Err(error) => return failed(config, tier, &error, refusal, span),
+        Err(error) => return failed(config, tier_index, &error, refusal, span),
     };
     let deciding = deciding(&decisions);
     let decision = decisions[deciding];
     let policy = &tier.policies[deciding];
     let allowed = decisions.allowed();
-    let outcome = match () {
-        _ if decision.degraded.is_some() => Outcome::Degraded,
-        _ if allowed => Outcome::Allowed,
-        _ if config.shadow => Outcome::ShadowDenied,
-        _ => Outcome::Denied,
-    };
-    policy.counters.count(outcome);
-    if !span.is_disabled() {
-        span.record("policy", policy.name.as_str());
-        span.record("outcome", outcome.as_str());
-    }
+    let outcome = Outcome::of(&decision, allowed, config.shadow);
+    observe::record(span, &policy.counters, policy.name.as_str(), outcome);
     if allowed || config.shadow {
         if !allowed {
             tracing::debug!(policy = %policy.name, "shadow mode: would have refused (429)");
@@ -166,7 +157,7 @@ pub(super) fn verdict<R, H: RefusalResponse<R>>(
             fields: Some(Fields {
                 tier: tier_index,
                 deciding,
-                decision,
+                decision: Some(decision),
             }),
         };
     }
@@ -194,14 +185,16 @@ pub(super) fn verdict<R, H: RefusalResponse<R>>(
 }
 
 /// The verdict on a request the set returned `error` for (see the table in
-/// [`QuotaService`](super::QuotaService)), logged and counted. Shadow mode passes it.
+/// [`QuotaService`](super::QuotaService)), logged and counted. Shadow mode passes it, with the
+/// rate-limit fields its refusal would carry (a cost above the burst: the policies).
 fn failed<R, H: RefusalResponse<R>>(
     config: &Config,
-    tier: &Tier,
+    tier_index: usize,
     error: &SetError,
     refusal: &H,
     span: &tracing::Span,
 ) -> Verdict<R> {
+    let tier = &config.tiers[tier_index];
     let demand = error.demand().min(tier.policies.len().saturating_sub(1));
     let check_error = match error {
         SetError::Check { error, .. } => Some(error),
@@ -243,21 +236,28 @@ fn failed<R, H: RefusalResponse<R>>(
     };
     metrics::counter!("flowguard_rate_limit_errors_total", "reason" => reason).increment(1);
     let policy = &tier.policies[demand];
-    span.record("policy", policy.name.as_str());
-    let final_refusal = matches!(kind, RefusalKind::CostAboveBurst { .. });
-    if final_refusal {
-        let outcome = if config.shadow {
-            Outcome::ShadowDenied
-        } else {
-            Outcome::Denied
-        };
-        policy.counters.count(outcome);
-        span.record("outcome", outcome.as_str());
+    let outcome = match check_error {
+        Some(CheckError::Gcra(error)) => Outcome::of_error(error, config.shadow),
+        _ => None,
+    };
+    match outcome {
+        Some(outcome) => observe::record(span, &policy.counters, policy.name.as_str(), outcome),
+        None => {
+            span.record("policy", policy.name.as_str());
+        }
     }
+    let final_refusal = matches!(kind, RefusalKind::CostAboveBurst { .. });
     if config.shadow {
+        if final_refusal {
+            tracing::debug!(policy = %policy.name, "shadow mode: would have refused (413)");
+        }
         return Verdict::Pass {
             decision: None,
-            fields: None,
+            fields: final_refusal.then_some(Fields {
+                tier: tier_index,
+                deciding: demand,
+                decision: None,
+            }),
         };
     }
     let retry_after = (status == StatusCode::SERVICE_UNAVAILABLE).then_some(Duration::from_secs(1));
@@ -280,12 +280,32 @@ fn failed<R, H: RefusalResponse<R>>(
     Verdict::Refuse(response)
 }
 
-/// The answer to a request without a key when the layer rejects those.
+/// The verdict on a request of tier `tier_index` without a key when the layer rejects those
+/// with `status`: refused, or passed in shadow mode (without a decision or fields: its refusal
+/// carries none); counted and traced under no policy.
 pub(super) fn missing_key<R, H: RefusalResponse<R>>(
+    config: &Config,
+    tier_index: usize,
     status: StatusCode,
     refusal: &H,
-) -> Response<R> {
-    refusal.respond(&Refusal {
+) -> Verdict<R> {
+    let tier = &config.tiers[tier_index];
+    let span = observe::span(&tier.name);
+    observe::record(
+        &span,
+        &tier.keyless,
+        observe::NO_POLICY,
+        Outcome::refused(config.shadow),
+    );
+    if config.shadow {
+        tracing::debug!(%status, "shadow mode: would have refused a request without a rate-limit key");
+        return Verdict::Pass {
+            decision: None,
+            fields: None,
+        };
+    }
+    tracing::debug!(%status, "request without a rate-limit key refused");
+    Verdict::Refuse(refusal.respond(&Refusal {
         kind: RefusalKind::MissingKey,
         status,
         policy: None,
@@ -293,5 +313,5 @@ pub(super) fn missing_key<R, H: RefusalResponse<R>>(
         decisions: None,
         retry_after: None,
         error: None,
-    })
+    }))
 }

@@ -8,9 +8,9 @@ use std::sync::Arc;
 
 use super::config::{Config, PolicyRule, Tier};
 use super::layer::QuotaLayer;
-use super::observe::Counters;
 use super::policy::{MissingKey, Policy, Scope};
 use super::refusal::JsonRefusal;
+use crate::gcra::observe::{Counters, NO_POLICY};
 use crate::gcra::{LimitSet, LimitSpec, MemoryLimitSet, Quota};
 use crate::headers::{FieldError, HeaderStyle, PolicyList, PolicyName};
 
@@ -181,6 +181,7 @@ fn compile(tiers: &[(String, Vec<Policy>)]) -> Result<(Vec<LimitSpec>, Box<[Tier
             });
         }
         compiled.push(Tier {
+            keyless: Counters::new(tier, NO_POLICY),
             name: tier.clone(),
             policies: rules.into(),
             // Not empty: checked above.

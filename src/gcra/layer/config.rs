@@ -1,8 +1,8 @@
 //! What a layer decides with, compiled once from its policies and tiers and shared by every
 //! service it makes.
 
-use super::observe::Counters;
 use super::policy::MissingKey;
+use crate::gcra::observe::Counters;
 use crate::headers::{HeaderStyle, PolicyList, PolicyName};
 
 /// Everything a request is decided with.
@@ -22,6 +22,8 @@ pub(super) struct Tier {
     pub(super) policies: Box<[PolicyRule]>,
     /// Every policy, as the rate-limit fields advertise them.
     pub(super) list: PolicyList,
+    /// Requests without a key that [`MissingKey::Reject`] refuses (or would, in shadow mode).
+    pub(super) keyless: Counters,
 }
 
 /// One policy of a tier, as the layer applies it.

@@ -7,10 +7,10 @@ use http::StatusCode;
 use tower::Layer;
 
 use super::config::{Config, PolicyRule, Tier};
-use super::observe::Counters;
 use super::policy::MissingKey;
 use super::refusal::JsonRefusal;
 use super::service::QuotaService;
+use crate::gcra::observe::{Counters, NO_POLICY, SINGLE};
 use crate::gcra::{KeyedLimit, SeparateLimits};
 use crate::headers::{HeaderStyle, PolicyList, PolicyName};
 
@@ -40,14 +40,15 @@ impl<K> QuotaLayer<SeparateLimits, K> {
         let list = PolicyList::new(vec![quota.rate_limit_policy(name.clone())])
             .unwrap_or_else(|_| unreachable!("one policy is not an empty list"));
         let tier = Tier {
-            name: "default".to_owned(),
+            name: SINGLE.to_owned(),
             policies: Box::new([PolicyRule {
-                counters: Counters::new("default", name.as_str()),
+                counters: Counters::new(SINGLE, name.as_str()),
                 name,
                 limit: 0,
                 global: false,
             }]),
             list,
+            keyless: Counters::new(SINGLE, NO_POLICY),
         };
         QuotaLayer::from_parts(
             Arc::new(SeparateLimits::new([store])),
@@ -96,6 +97,17 @@ impl<J: ?Sized, K, H> QuotaLayer<J, K, H> {
     /// rate-limit fields, but none is refused; `flowguard_quota_decisions_total` counts the
     /// ones that would have been as `outcome="shadow_denied"`. For trying quotas on live
     /// traffic before enforcing them.
+    ///
+    /// What would have been refused passes with the fields its refusal would carry: over
+    /// quota, the deciding policy's decision (in the request's extensions too) and fields,
+    /// counted under that policy; a cost above a policy's burst, `RateLimit-Policy` alone
+    /// (its `q` is the burst), counted under that policy; a request without a key under
+    /// [`MissingKey::Reject`], no fields, counted under `policy=""` (no policy decided).
+    /// These last two reach the service without a [`Decision`](crate::gcra::Decision) in their
+    /// extensions, since none was made: a handler that extracts one in shadow mode should take
+    /// it as optional (axum: `Option<Extension<Decision>>`). A store failure (which would be a
+    /// `503` or `500`) passes without fields, counted in `flowguard_rate_limit_errors_total`
+    /// only.
     pub fn shadow(self, shadow: bool) -> Self {
         self.configure(|c| c.shadow = shadow)
     }

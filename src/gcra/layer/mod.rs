@@ -35,7 +35,8 @@
 //!     .build()?;
 //! let app: Router = Router::new()
 //!     .route("/api", get(|Extension(d): Extension<Decision>| async move {
-//!         format!("{} left", d.remaining)
+//!         // `None` when a shared store failed open or closed: no numbers are made up.
+//!         d.remaining().map_or("quota unknown".to_owned(), |left| format!("{left} left"))
 //!     }))
 //!     .layer(quotas);
 //! # Ok(())
@@ -81,7 +82,6 @@ mod grpc;
 mod key;
 #[allow(clippy::module_inception)]
 mod layer;
-mod observe;
 mod policy;
 mod refusal;
 mod service;

@@ -82,6 +82,9 @@ impl Policy {
 pub enum MissingKey {
     /// Answer with this status (a client error: `401 Unauthorized` when the key is a
     /// credential, `400 Bad Request` when the request is malformed), without calling the service.
+    /// Counted in `flowguard_quota_decisions_total` under the request's tier and `policy=""`
+    /// (no policy decided) as `denied`; in [shadow mode](super::QuotaLayer::shadow) the request
+    /// passes, counted as `shadow_denied`.
     Reject(StatusCode),
     /// Count every request without a key as one client: they share one quota per per-key
     /// policy (global policies count them as usual). The default: keyless requests are limited

@@ -12,6 +12,7 @@ use super::future::ResponseFuture;
 use super::key::KeyExtractor;
 use super::policy::MissingKey;
 use super::refusal::RefusalResponse;
+use crate::gcra::observe;
 use crate::gcra::{Demand, LimitSet};
 
 /// Demands built on the stack; tiers with more policies use the heap.
@@ -31,7 +32,10 @@ const INLINE_POLICIES: usize = 8;
 ///   JSON body), with `Retry-After` (the longest wait among the denying policies, in whole
 ///   seconds rounded up, so a client that waits exactly that long fits) and the fields, the
 ///   `RateLimit` member naming the denying policy; the inner service is not called.
-/// * in [shadow mode](super::QuotaLayer::shadow), every request is passed, with its fields.
+/// * in [shadow mode](super::QuotaLayer::shadow), every request is passed, with the fields its
+///   refusal would have carried, and what would have been refused is counted `shadow_denied`
+///   (over quota, a cost above a burst, a request without a key under
+///   [`MissingKey::Reject`]).
 ///
 /// A degraded decision (a store that answered by its failure policy, or a full in-memory store
 /// deciding untracked) lists its policies without a `RateLimit` member: it does not know the
@@ -50,8 +54,10 @@ const INLINE_POLICIES: usize = 8;
 /// Every error is counted in `flowguard_rate_limit_errors_total{reason}`; a cost above the burst
 /// is logged at debug level (the client's mistake), the others as warnings or errors. Decisions
 /// are counted in `flowguard_quota_decisions_total{tier,policy,outcome}` (`allowed`, `denied`,
-/// `shadow_denied`, `degraded`), labelled with the deciding policy, and made inside a
-/// `quota_decision` tracing span (debug level) recording the tier, the policy and the outcome.
+/// `shadow_denied`, `degraded`), labelled with the deciding policy (a cost above a burst: that
+/// policy; a request without a key refused by [`MissingKey::Reject`]: `policy=""`), and made
+/// inside a `quota_decision` tracing span (debug level) recording the tier, the policy and the
+/// outcome.
 ///
 /// The response future is a named [`ResponseFuture`]: nothing is boxed. An in-memory set decides
 /// inside `call`, and the inner service is called from there; a set that does I/O is awaited
@@ -105,8 +111,13 @@ where
                     return ResponseFuture::calling(self.inner.call(req), None);
                 }
                 MissingKey::Reject(status) => {
-                    tracing::debug!(%status, "request without a rate-limit key refused");
-                    return ResponseFuture::done(answer::missing_key(status, &self.refusal));
+                    match answer::missing_key(config, tier_index, status, &self.refusal) {
+                        Verdict::Pass { .. } => {
+                            drop(key);
+                            return ResponseFuture::calling(self.inner.call(req), None);
+                        }
+                        Verdict::Refuse(response) => return ResponseFuture::done(response),
+                    }
                 }
             },
         };
@@ -116,12 +127,7 @@ where
             key: if rule.global { GLOBAL_KEY } else { key_bytes },
             cost,
         };
-        let span = tracing::debug_span!(
-            "quota_decision",
-            tier = %tier.name,
-            policy = tracing::field::Empty,
-            outcome = tracing::field::Empty,
-        );
+        let span = observe::span(&tier.name);
         let check = {
             let _entered = (!span.is_disabled()).then(|| span.enter());
             if tier.policies.len() <= INLINE_POLICIES {

@@ -21,7 +21,9 @@ use crate::gcra::{
 ///
 /// When the store does not answer (within its timeout, or a group of its keys failed within the
 /// last probe interval), the [`FailurePolicy`] decides, and the decision says so in
-/// [`Decision::degraded`]. Cheap to clone (clones share the store and the local fallback).
+/// [`Decision::degraded`]; failing open or closed, it reports no numbers
+/// ([`Decision::remaining`] is `None`), and a local fallback reports its share's. Cheap to clone
+/// (clones share the store and the local fallback).
 ///
 /// ```no_run
 /// # #[cfg(feature = "redis")]
@@ -37,7 +39,7 @@ use crate::gcra::{
 ///     .build()?;
 /// let d = limiter.check_key_n(b"tenant-7", 3).await?;
 /// assert!(d.allowed && d.degraded.is_none());
-/// assert_eq!(d.remaining, 7);
+/// assert_eq!(d.remaining(), Some(7));
 /// # Ok(()) }
 /// # }
 /// ```
@@ -206,9 +208,7 @@ impl<S: RemoteStore> RemoteRateLimiter<S> {
                 Ok(peek) if peek.allowed && total <= peek.remaining => {
                     peek.degraded(Degradation::LocalFallback)
                 }
-                Ok(_) | Err(GcraError::InsufficientCapacity { .. }) => {
-                    self.policy_denial().degraded(Degradation::LocalFallback)
-                }
+                Ok(peek) => self.local_denial(peek),
                 Err(_) => self
                     .policy_denial()
                     .degraded(Degradation::LocalFallbackFull),
@@ -241,6 +241,19 @@ impl<S: RemoteStore> RemoteRateLimiter<S> {
         )
     }
 
+    /// A denial by the local fallback of a request its share cannot take now: the share's
+    /// numbers from `peek` (real, this instance's), and the failure policy's wait.
+    fn local_denial(&self, peek: Decision) -> Decision {
+        Decision::new(
+            false,
+            peek.limit,
+            peek.remaining,
+            self.policy_denial().retry_after,
+            peek.reset_after,
+        )
+        .degraded(Degradation::LocalFallback)
+    }
+
     /// Records an answer of the store for `group`.
     pub(super) fn answered(&self, group: usize) {
         let inner = &*self.inner;
@@ -264,8 +277,12 @@ impl<S: RemoteStore> RemoteRateLimiter<S> {
                     Err(GcraError::KeyLimitReached { .. }) => {
                         denied().degraded(Degradation::LocalFallbackFull)
                     }
-                    // The request fits the global burst but not this instance's share of it.
-                    Err(_) => denied().degraded(Degradation::LocalFallback),
+                    // The request fits the global burst but not this instance's share of it:
+                    // denied with the share's numbers, as they are (a peek spends nothing).
+                    Err(_) => match local.check_key_n(key, 0) {
+                        Ok(peek) => self.local_denial(peek),
+                        Err(_) => denied().degraded(Degradation::LocalFallbackFull),
+                    },
                 }
             }
             (FailurePolicy::FailClosed, _) => denied().degraded(Degradation::FailClosed),

@@ -16,13 +16,20 @@ use crate::gcra::error::ConfigError;
 #[derive(Clone, Copy, Debug, PartialEq, Default)]
 #[non_exhaustive]
 pub enum FailurePolicy {
-    /// Allow the request, reported as an idle key would be (remaining `B - cost`).
+    /// Allow the request. The decision reads no state, so it reports no numbers
+    /// ([`Decision::remaining`](crate::gcra::Decision::remaining) and
+    /// [`reset_after`](crate::gcra::Decision::reset_after) are `None`).
     #[default]
     FailOpen,
     /// Deny the request; `retry_after` is the store's probe interval (when it is next asked).
+    /// No numbers, as for `FailOpen`.
     FailClosed,
     /// Decide with a local in-memory GCRA holding this instance's share of the quota. With `N`
     /// instances each holding `1/N`, the fleet admits about the global quota during an outage.
+    /// The decision's numbers are real, but this instance's share's: `limit` is the share's
+    /// burst, `remaining` and `reset_after` its local state. A denial's `retry_after` is the
+    /// share's own wait, or the probe interval for a cost above the share's burst and for a
+    /// request of several quotas.
     ///
     /// The local limiter is bounded like the in-memory store: it tracks at most
     /// [`local_max_keys`](super::RemoteRateLimiterBuilder::local_max_keys) live keys, and when it

@@ -34,7 +34,7 @@ const MAX_ROUNDS: usize = 8;
 /// let limiter = TwoTierLimiter::builder(global, 10).build()?;
 /// let d = limiter.check_key_n(b"tenant-1", 1).await?; // reserves 10, spends 1
 /// assert!(d.allowed);
-/// assert_eq!(d.remaining, 9); // tokens left in this instance's reservoir
+/// assert_eq!(d.remaining(), Some(9)); // tokens left in this instance's reservoir
 /// # Ok(())
 /// # }
 /// ```
