@@ -2,6 +2,9 @@
 //! killed on drop (also when a test panics).
 #![allow(dead_code)]
 
+#[cfg(feature = "axum")]
+pub mod serve;
+
 use std::collections::HashSet;
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
