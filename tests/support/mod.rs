@@ -186,6 +186,22 @@ impl RedisServer {
         String::from_utf8_lossy(&out.stdout).trim().to_string()
     }
 
+    /// Script runs (`EVALSHA` + `EVAL` calls, less the failed ones such as a first `NOSCRIPT`)
+    /// the server has executed since it started or its stats were reset (`CONFIG RESETSTAT`),
+    /// as Redis counts them (`INFO commandstats`).
+    pub fn script_calls(&self) -> u64 {
+        let field = |line: &str, name: &str| -> u64 {
+            line.split(',')
+                .find_map(|f| f.rsplit_once(name)?.1.parse().ok())
+                .unwrap_or(0)
+        };
+        self.cli(&["INFO", "commandstats"])
+            .lines()
+            .filter(|l| l.starts_with("cmdstat_evalsha:") || l.starts_with("cmdstat_eval:"))
+            .map(|l| field(l, "calls=") - field(l, "failed_calls="))
+            .sum()
+    }
+
     /// The last lines of the server's log.
     pub fn log_tail(&self) -> String {
         let log = std::fs::read_to_string(self.dir.join("redis.log")).unwrap_or_default();
