@@ -282,22 +282,11 @@ mod cluster {
     /// Script runs (`EVALSHA` + `EVAL`, less failed ones such as a first `NOSCRIPT`) on the
     /// cluster's masters since they started.
     fn script_calls(cluster: &RedisCluster) -> u64 {
-        let field = |line: &str, name: &str| -> u64 {
-            line.split(',')
-                .find_map(|f| f.rsplit_once(name)?.1.parse().ok())
-                .unwrap_or(0)
-        };
         cluster
             .nodes
             .iter()
             .filter(|n| n.cli(&["role"]).starts_with("master"))
-            .flat_map(|n| {
-                n.cli(&["INFO", "commandstats"])
-                    .lines()
-                    .filter(|l| l.starts_with("cmdstat_evalsha:") || l.starts_with("cmdstat_eval:"))
-                    .map(|l| field(l, "calls=") - field(l, "failed_calls="))
-                    .collect::<Vec<_>>()
-            })
+            .map(|n| n.script_calls())
             .sum()
     }
 

@@ -13,22 +13,6 @@ use flowguard::gcra::two_tier::TwoTierLimiter;
 use flowguard::gcra::{KeyedLimit, Quota};
 use support::RedisServer;
 
-/// Script runs (`EVALSHA` + `EVAL` calls, less the failed ones such as the first `NOSCRIPT`)
-/// the server has executed since its stats were reset.
-fn script_calls(server: &RedisServer) -> u64 {
-    let field = |line: &str, name: &str| -> u64 {
-        line.split(',')
-            .find_map(|f| f.rsplit_once(name)?.1.parse().ok())
-            .unwrap_or(0)
-    };
-    server
-        .cli(&["INFO", "commandstats"])
-        .lines()
-        .filter(|l| l.starts_with("cmdstat_evalsha:") || l.starts_with("cmdstat_eval:"))
-        .map(|l| field(l, "calls=") - field(l, "failed_calls="))
-        .sum()
-}
-
 /// One instance: its own connection, reserving `batch` tokens per round trip; reserved tokens
 /// live `max_token_age` (default: the quota's burst window).
 async fn pod(
@@ -86,7 +70,7 @@ async fn at_batch_50_redis_sees_one_script_call_per_50_decisions() {
     let decisions = per_pod * pods.len() as u64;
     assert_eq!(allowed, decisions);
     tokio::time::sleep(Duration::from_millis(100)).await; // let trailing background refills land
-    let calls = script_calls(&server);
+    let calls = server.script_calls();
     let ratio = calls as f64 / decisions as f64;
     eprintln!(
         "{decisions} decisions, {calls} script calls (Redis commandstats): {ratio:.5} per decision"

@@ -25,6 +25,19 @@ pub enum GcraError {
         /// The configured maximum.
         max_keys: usize,
     },
+    /// A key given as bytes (to [`KeyedLimit::check`](super::KeyedLimit::check), by the quota
+    /// layer or [`Guard::admit`](crate::Guard::admit)) that is no key of the in-memory limiter's
+    /// key type (see [`FromKeyBytes`](super::FromKeyBytes)): give keys as that type's bytes (for
+    /// addresses, the layer's `PeerIpKey`, `XForwardedForKey` or `ForwardedKey`), or key the
+    /// limiter by bytes (`KeyedRateLimiter<Vec<u8>>`).
+    UnreadableKey {
+        /// How many bytes the key had.
+        len: usize,
+        /// The limiter's key type.
+        key_type: &'static str,
+        /// What the bytes of a key of that type are ([`FromKeyBytes::KEY_BYTES`](super::FromKeyBytes::KEY_BYTES)).
+        expected: &'static str,
+    },
 }
 
 impl fmt::Display for GcraError {
@@ -39,6 +52,16 @@ impl fmt::Display for GcraError {
                 f,
                 "keyed rate limiter is full: {max_keys} keys are live and none has expired; \
                  raise max_keys or choose Overflow::AllowUntracked"
+            ),
+            GcraError::UnreadableKey {
+                len,
+                key_type,
+                expected,
+            } => write!(
+                f,
+                "a key of {len} bytes is no {key_type}, the in-memory limiter's key type (whose keys are {expected}): \
+                 give keys as that type's bytes (for addresses: PeerIpKey, XForwardedForKey, ForwardedKey), \
+                 or key the limiter by bytes (KeyedRateLimiter<Vec<u8>>)"
             ),
         }
     }

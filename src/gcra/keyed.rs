@@ -14,8 +14,8 @@ use super::algorithm::{Gcra, Ticks};
 use super::cell::{ExactTat, TatCell, WholeTat};
 use super::decision::{Decision, Degradation};
 use super::error::{ConfigError, GcraError};
-use super::limit_key::LimitKey;
 use super::limit_key::stored::KeyDigester;
+use super::limit_key::{FromKeyBytes, LimitKey};
 use super::quota::Quota;
 use super::table::Table;
 use crate::clock::{Clock, MonotonicClock};
@@ -91,20 +91,29 @@ pub struct KeyedRateLimiter<K: LimitKey, C: Clock = MonotonicClock> {
     overflow: Overflow,
 }
 
-/// The keys' TATs, in the cell type the quota needs (chosen once, at build time).
+/// The keys' TATs, in the cell type the quota needs (chosen once, at build time), and the TAT
+/// of the empty key given as bytes to a limiter of fixed-size keys (see [`FromKeyBytes`]), which
+/// is no key of its type.
 enum Tables<S> {
     /// The emission interval is a whole number of nanoseconds: 8-byte cells.
-    Whole(Table<S, WholeTat>),
+    Whole(Table<S, WholeTat>, WholeTat),
     /// It is not: 16-byte cells holding a fraction of a nanosecond too.
-    Exact(Table<S, ExactTat>),
+    Exact(Table<S, ExactTat>, ExactTat),
 }
 
-/// Runs `$body` with `$t` bound to whichever table `$tables` holds.
+/// Runs `$body` with `$t` bound to whichever table `$tables` holds (and `$empty` to the empty
+/// key's cell).
 macro_rules! with_table {
     ($tables:expr, $t:ident => $body:expr) => {
         match $tables {
-            Tables::Whole($t) => $body,
-            Tables::Exact($t) => $body,
+            Tables::Whole($t, _) => $body,
+            Tables::Exact($t, _) => $body,
+        }
+    };
+    ($tables:expr, _, $empty:ident => $body:expr) => {
+        match $tables {
+            Tables::Whole(_, $empty) => $body,
+            Tables::Exact(_, $empty) => $body,
         }
     };
 }
@@ -150,9 +159,9 @@ impl<K: LimitKey, C: Clock> KeyedRateLimiterBuilder<K, C> {
         }
         let gcra = Gcra::new(&self.quota);
         let table = if gcra.is_whole() {
-            Tables::Whole(Table::new(self.max_keys))
+            Tables::Whole(Table::new(self.max_keys), WholeTat::holding(Ticks::ZERO))
         } else {
-            Tables::Exact(Table::new(self.max_keys))
+            Tables::Exact(Table::new(self.max_keys), ExactTat::holding(Ticks::ZERO))
         };
         Ok(KeyedRateLimiter {
             gcra,
@@ -231,6 +240,36 @@ impl<K: LimitKey, C: Clock> KeyedRateLimiter<K, C> {
     {
         self.digester
             .with_probe(key, |stored| self.check_stored(stored, cost))
+    }
+
+    /// [`check_key_n`](Self::check_key_n) for a key given as bytes, of any [`BytesKey`] type:
+    /// what [`KeyedLimit::check`](super::KeyedLimit::check) decides.
+    #[inline]
+    pub(crate) fn check_given_bytes(&self, key: &[u8], cost: u32) -> Result<Decision, GcraError>
+    where
+        K: BytesKey,
+    {
+        K::check_given(self, key, cost)
+    }
+
+    /// [`check_key_n`](Self::check_key_n) for a fixed-size key given as its bytes: the key they
+    /// read as, or the empty key's own cell, or [`GcraError::UnreadableKey`].
+    fn check_read_bytes(&self, key: &[u8], cost: u32) -> Result<Decision, GcraError>
+    where
+        K: FromKeyBytes,
+    {
+        if key.is_empty() {
+            let now = self.clock.now_nanos();
+            return with_table!(&self.table, _, empty => empty.spend(&self.gcra, now, cost));
+        }
+        match K::from_key_bytes(key) {
+            Some(key) => self.check_key_n(&key, cost),
+            None => Err(GcraError::UnreadableKey {
+                len: key.len(),
+                key_type: std::any::type_name::<K>(),
+                expected: K::KEY_BYTES,
+            }),
+        }
     }
 
     /// Gives back `cost` tokens that [`check_bytes`](Self::check_bytes) granted to `key` (see
@@ -342,4 +381,63 @@ impl<K: LimitKey, C: Clock> std::fmt::Debug for KeyedRateLimiter<K, C> {
             .field("overflow", &self.overflow)
             .finish_non_exhaustive()
     }
+}
+
+/// A key type whose [`KeyedRateLimiter`] answers keys given as bytes, which makes it a
+/// [`KeyedLimit`](super::KeyedLimit) (for the quota layer, the [`Guard`](crate::Guard), a
+/// [two-tier](super::two_tier) limiter's shared store):
+///
+/// * byte strings (`Vec<u8>`, `String`, `Box<[u8]>`, `Box<str>`): the bytes are the key (a
+///   `String` limiter reads them as the same key as the `str`, whether or not they are UTF-8);
+/// * [`FixedSizeKey`](super::FixedSizeKey) types that implement [`FromKeyBytes`] (addresses,
+///   integers, byte arrays, your own): the bytes are read as a key of the type, and bytes that
+///   are none are [`GcraError::UnreadableKey`]. The empty key is a key of its own.
+///
+/// Implemented for exactly these (fixed-size types that are `Send + Sync`); it cannot be
+/// implemented directly (implement [`FromKeyBytes`] for a key type of your own).
+pub trait BytesKey: LimitKey<Stored: Send + Sync> + by_bytes::CheckGiven {}
+
+impl<T: LimitKey<Stored: Send + Sync> + by_bytes::CheckGiven> BytesKey for T {}
+
+/// The machinery behind [`BytesKey`], out of users' reach.
+pub(crate) mod by_bytes {
+    use super::*;
+
+    /// How a limiter keyed by this type checks a key given as bytes.
+    pub trait CheckGiven: LimitKey + Sized {
+        /// [`KeyedRateLimiter::check_key_n`] for `key` given as bytes.
+        fn check_given<C: Clock>(
+            limiter: &KeyedRateLimiter<Self, C>,
+            key: &[u8],
+            cost: u32,
+        ) -> Result<Decision, GcraError>;
+    }
+
+    impl<T: FromKeyBytes> CheckGiven for T {
+        #[inline]
+        fn check_given<C: Clock>(
+            limiter: &KeyedRateLimiter<T, C>,
+            key: &[u8],
+            cost: u32,
+        ) -> Result<Decision, GcraError> {
+            limiter.check_read_bytes(key, cost)
+        }
+    }
+
+    macro_rules! checked_as_bytes {
+        ($($t:ty),*) => {$(
+            impl CheckGiven for $t {
+                #[inline]
+                fn check_given<C: Clock>(
+                    limiter: &KeyedRateLimiter<$t, C>,
+                    key: &[u8],
+                    cost: u32,
+                ) -> Result<Decision, GcraError> {
+                    limiter.check_bytes(key, cost)
+                }
+            }
+        )*};
+    }
+
+    checked_as_bytes!(Vec<u8>, Box<[u8]>, String, Box<str>);
 }

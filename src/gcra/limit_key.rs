@@ -108,6 +108,140 @@ impl<A: FixedSizeKey, B: FixedSizeKey, C: FixedSizeKey, D: FixedSizeKey> FixedSi
 {
 }
 
+/// A [`FixedSizeKey`] type that keys given as bytes can be read as, so that a
+/// [`KeyedRateLimiter`](super::KeyedRateLimiter) keyed by it answers them: it is then a
+/// [`KeyedLimit`](super::KeyedLimit), and can stand behind the quota layer (whose key extractors
+/// give bytes, e.g. `PeerIpKey` an address's octets) and the [`Guard`](crate::Guard).
+///
+/// | type | the bytes of a key |
+/// |---|---|
+/// | `IpAddr` | the octets: 4 bytes for IPv4, 16 for IPv6 (what the layer's address keys give) |
+/// | `Ipv4Addr` | 4 bytes, or 16 of an IPv4-mapped IPv6 address (`::ffff:a.b.c.d`) |
+/// | `Ipv6Addr` | 16 bytes, or 4 of an IPv4 address, read as IPv4-mapped (a dual-stack socket's view) |
+/// | `u8` ... `u128`, `i8` ... `i128` | exactly their size, big-endian (`to_be_bytes`) |
+/// | `[u8; N]` | exactly `N` bytes |
+///
+/// Bytes that are no key of the type are [`GcraError::UnreadableKey`](super::GcraError::UnreadableKey)
+/// (never a panic, never another key): the quota layer answers such a request `500` and logs
+/// what to change. The empty key (what the layer checks for requests without a key under
+/// `MissingKey::Anonymous`) is one key of its own, apart from every key of the type, so
+/// keyless requests share one quota as they do with byte keys.
+///
+/// ```
+/// use flowguard::gcra::{KeyedLimit, KeyedRateLimiter, Quota};
+/// use std::net::IpAddr;
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let limiter = KeyedRateLimiter::<IpAddr>::new(Quota::per_minute(1)?);
+/// let client: IpAddr = "192.0.2.7".parse()?;
+/// assert!(limiter.check(&[192, 0, 2, 7], 1).await?.allowed); // the address's octets...
+/// assert!(!limiter.check_key(&client)?.allowed); // ...are the same key as the address
+/// assert!(limiter.check(b"not an address", 1).await.is_err());
+/// # Ok(())
+/// # }
+/// ```
+///
+/// For a key type of your own, read the bytes your key extractor writes:
+///
+/// ```
+/// use flowguard::gcra::{FixedSizeKey, FromKeyBytes};
+///
+/// #[derive(Clone, PartialEq, Eq, Hash)]
+/// struct Tenant { id: u64, region: u8 }
+/// impl FixedSizeKey for Tenant {}
+/// impl FromKeyBytes for Tenant {
+///     const KEY_BYTES: &'static str = "9 bytes: the id big-endian, then the region";
+///     fn from_key_bytes(bytes: &[u8]) -> Option<Tenant> {
+///         let (id, region) = bytes.split_first_chunk::<8>()?;
+///         match region {
+///             [region] => Some(Tenant { id: u64::from_be_bytes(*id), region: *region }),
+///             _ => None,
+///         }
+///     }
+/// }
+/// ```
+pub trait FromKeyBytes: FixedSizeKey {
+    /// What the bytes of a key of this type are, for the error other bytes get (e.g. `"4 bytes
+    /// (IPv4) or 16 (IPv6)"`).
+    const KEY_BYTES: &'static str;
+
+    /// The key `bytes` stand for; `None` when they stand for none.
+    fn from_key_bytes(bytes: &[u8]) -> Option<Self>;
+}
+
+impl FromKeyBytes for IpAddr {
+    const KEY_BYTES: &'static str = "4 bytes (IPv4) or 16 (IPv6), the address's octets";
+
+    #[inline]
+    fn from_key_bytes(bytes: &[u8]) -> Option<IpAddr> {
+        match bytes.len() {
+            4 => Ipv4Addr::from_key_bytes(bytes).map(IpAddr::V4),
+            16 => Ipv6Addr::from_key_bytes(bytes).map(IpAddr::V6),
+            _ => None,
+        }
+    }
+}
+
+impl FromKeyBytes for Ipv4Addr {
+    const KEY_BYTES: &'static str = "4 bytes, or 16 of an IPv4-mapped IPv6 address";
+
+    #[inline]
+    fn from_key_bytes(bytes: &[u8]) -> Option<Ipv4Addr> {
+        match <[u8; 4]>::try_from(bytes) {
+            Ok(octets) => Some(Ipv4Addr::from(octets)),
+            Err(_) => Ipv6Addr::from(<[u8; 16]>::try_from(bytes).ok()?).to_ipv4_mapped(),
+        }
+    }
+}
+
+impl FromKeyBytes for Ipv6Addr {
+    const KEY_BYTES: &'static str = "16 bytes, or 4 of an IPv4 address (read as IPv4-mapped)";
+
+    #[inline]
+    fn from_key_bytes(bytes: &[u8]) -> Option<Ipv6Addr> {
+        match <[u8; 16]>::try_from(bytes) {
+            Ok(octets) => Some(Ipv6Addr::from(octets)),
+            Err(_) => Some(Ipv4Addr::from(<[u8; 4]>::try_from(bytes).ok()?).to_ipv6_mapped()),
+        }
+    }
+}
+
+impl<const N: usize> FromKeyBytes for [u8; N] {
+    const KEY_BYTES: &'static str = "exactly the array's length";
+
+    #[inline]
+    fn from_key_bytes(bytes: &[u8]) -> Option<[u8; N]> {
+        bytes.try_into().ok()
+    }
+}
+
+macro_rules! from_big_endian {
+    ($($t:ty: $what:literal),*) => {$(
+        impl FromKeyBytes for $t {
+            const KEY_BYTES: &'static str = $what;
+
+            #[inline]
+            fn from_key_bytes(bytes: &[u8]) -> Option<$t> {
+                bytes.try_into().ok().map(<$t>::from_be_bytes)
+            }
+        }
+    )*};
+}
+
+from_big_endian!(
+    u8: "1 byte",
+    u16: "2 bytes, big-endian",
+    u32: "4 bytes, big-endian",
+    u64: "8 bytes, big-endian",
+    u128: "16 bytes, big-endian",
+    i8: "1 byte",
+    i16: "2 bytes, big-endian",
+    i32: "4 bytes, big-endian",
+    i64: "8 bytes, big-endian",
+    i128: "16 bytes, big-endian"
+);
+
 /// The machinery behind [`LimitKey`], out of users' reach so that only the forms above exist.
 pub(crate) mod stored {
     use super::*;
@@ -230,6 +364,41 @@ mod tests {
         *other.last_mut().unwrap() = 0;
         assert_ne!(stored(&d, &other), digest);
         assert_eq!(stored(&d, &long), digest, "deterministic per limiter");
+    }
+
+    #[test]
+    fn key_bytes_read_as_the_keys_whose_bytes_they_are_and_nothing_else() {
+        let v4 = Ipv4Addr::new(192, 0, 2, 7);
+        let v6: Ipv6Addr = "2001:db8::1".parse().unwrap();
+        let mapped = v4.to_ipv6_mapped();
+        assert_eq!(IpAddr::from_key_bytes(&v4.octets()), Some(IpAddr::V4(v4)));
+        assert_eq!(IpAddr::from_key_bytes(&v6.octets()), Some(IpAddr::V6(v6)));
+        assert_eq!(Ipv4Addr::from_key_bytes(&v4.octets()), Some(v4));
+        assert_eq!(Ipv4Addr::from_key_bytes(&mapped.octets()), Some(v4));
+        assert_eq!(Ipv4Addr::from_key_bytes(&v6.octets()), None, "not mapped");
+        assert_eq!(Ipv6Addr::from_key_bytes(&v6.octets()), Some(v6));
+        assert_eq!(Ipv6Addr::from_key_bytes(&v4.octets()), Some(mapped));
+        for len in [0, 1, 3, 5, 15, 17] {
+            let bytes = vec![1; len];
+            assert_eq!(IpAddr::from_key_bytes(&bytes), None, "{len} bytes");
+            assert_eq!(Ipv4Addr::from_key_bytes(&bytes), None, "{len} bytes");
+            assert_eq!(Ipv6Addr::from_key_bytes(&bytes), None, "{len} bytes");
+        }
+        assert_eq!(u64::from_key_bytes(&42u64.to_be_bytes()), Some(42));
+        assert_eq!(i16::from_key_bytes(&(-2i16).to_be_bytes()), Some(-2));
+        assert_eq!(
+            u128::from_key_bytes(&u128::MAX.to_be_bytes()),
+            Some(u128::MAX)
+        );
+        assert_eq!(u8::from_key_bytes(b"*"), Some(b'*'));
+        assert_eq!(
+            u64::from_key_bytes(b"42"),
+            None,
+            "text is not a u64's bytes"
+        );
+        assert_eq!(u32::from_key_bytes(&[0; 8]), None);
+        assert_eq!(<[u8; 3]>::from_key_bytes(b"abc"), Some(*b"abc"));
+        assert_eq!(<[u8; 3]>::from_key_bytes(b"abcd"), None);
     }
 
     #[test]

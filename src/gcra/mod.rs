@@ -72,10 +72,10 @@ pub use check::{
 pub use decision::{Decision, Degradation};
 pub use error::{ConfigError, GcraError};
 pub use keyed::{
-    DEFAULT_MAX_KEYS, KeyedRateLimiter, KeyedRateLimiterBuilder, MAX_HEAP_BYTES_PER_KEY,
+    BytesKey, DEFAULT_MAX_KEYS, KeyedRateLimiter, KeyedRateLimiterBuilder, MAX_HEAP_BYTES_PER_KEY,
     MAX_HEAP_FIXED_BYTES, Overflow,
 };
-pub use limit_key::{FixedSizeKey, LimitKey, MAX_VERBATIM_KEY_LEN};
+pub use limit_key::{FixedSizeKey, FromKeyBytes, LimitKey, MAX_VERBATIM_KEY_LEN};
 pub use limiter::{RateLimiter, RateLimiterBuilder};
 pub use quota::{MAX_WINDOW, Quota, QuotaError};
 pub use share::LocalShare;

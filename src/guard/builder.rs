@@ -128,8 +128,10 @@ impl GuardBuilder {
 
     /// A limiter of your own for inbound requests, instead of [`quota`](Self::quota): an
     /// in-memory [`KeyedRateLimiter`](crate::gcra::KeyedRateLimiter) with your settings (a
-    /// clock, `max_keys`), a [remote](crate::gcra::remote) or [two-tier](crate::gcra::two_tier)
-    /// limiter you configured, or any [`KeyedLimit`].
+    /// clock, `max_keys`), keyed by bytes or by a fixed-size type such as `IpAddr` or `u64`
+    /// that reads the keys' bytes ([`BytesKey`](crate::gcra::BytesKey)), a
+    /// [remote](crate::gcra::remote) or [two-tier](crate::gcra::two_tier) limiter you
+    /// configured, or any [`KeyedLimit`].
     pub fn rate_limit(self, limit: impl KeyedLimit + 'static) -> Self {
         self.shared_rate_limit(Arc::new(limit))
     }

@@ -2,6 +2,9 @@
 //! killed on drop (also when a test panics).
 #![allow(dead_code)]
 
+#[cfg(feature = "axum")]
+pub mod serve;
+
 use std::collections::HashSet;
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -181,6 +184,22 @@ impl RedisServer {
             .output()
             .unwrap();
         String::from_utf8_lossy(&out.stdout).trim().to_string()
+    }
+
+    /// Script runs (`EVALSHA` + `EVAL` calls, less the failed ones such as a first `NOSCRIPT`)
+    /// the server has executed since it started or its stats were reset (`CONFIG RESETSTAT`),
+    /// as Redis counts them (`INFO commandstats`).
+    pub fn script_calls(&self) -> u64 {
+        let field = |line: &str, name: &str| -> u64 {
+            line.split(',')
+                .find_map(|f| f.rsplit_once(name)?.1.parse().ok())
+                .unwrap_or(0)
+        };
+        self.cli(&["INFO", "commandstats"])
+            .lines()
+            .filter(|l| l.starts_with("cmdstat_evalsha:") || l.starts_with("cmdstat_eval:"))
+            .map(|l| field(l, "calls=") - field(l, "failed_calls="))
+            .sum()
     }
 
     /// The last lines of the server's log.

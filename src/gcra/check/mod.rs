@@ -28,10 +28,11 @@ pub use set::{Demand, LimitSet, LimitSpec};
 pub use set_error::SetError;
 
 use crate::clock::Clock;
-use crate::gcra::{KeyedRateLimiter, LimitKey, Quota};
+use crate::gcra::{BytesKey, KeyedRateLimiter, Quota};
 
 /// Something that decides, for a key, whether `cost` tokens of its quota may be spent: the
-/// in-memory [`KeyedRateLimiter`] (with any byte-string key type), the
+/// in-memory [`KeyedRateLimiter`] (keyed by bytes, or by a fixed-size type such as `IpAddr` that
+/// reads them: [`BytesKey`]), the
 /// [remote](crate::gcra::remote) limiter (Redis, feature `redis`), or a
 /// [two-tier](crate::gcra::two_tier) limiter. Keys are bytes (binary-safe).
 ///
@@ -63,16 +64,17 @@ pub trait KeyedLimit: Send + Sync {
     fn quota(&self) -> Quota;
 }
 
-/// The in-memory keyed limiter decides without I/O: the future is ready at once. Any key type
-/// kept as bytes works (`Vec<u8>`, `String`, `Box<[u8]>`, `Box<str>`); a `String`-keyed limiter
-/// looks up the bytes as the same key as the `str`.
+/// The in-memory keyed limiter decides without I/O: the future is ready at once. Byte-string
+/// key types look up the bytes themselves (a `String`-keyed limiter as the same key as the
+/// `str`); fixed-size key types such as `IpAddr` or `u64` read the bytes as a key of the type
+/// ([`FromKeyBytes`](crate::gcra::FromKeyBytes); see [`BytesKey`]).
 impl<K, C> KeyedLimit for KeyedRateLimiter<K, C>
 where
-    K: LimitKey<Stored = Vec<u8>, Probe = [u8]>,
+    K: BytesKey,
     C: Clock,
 {
     fn check(&self, key: &[u8], cost: u32) -> CheckFuture {
-        CheckFuture::ready(self.check_bytes(key, cost).map_err(CheckError::Gcra))
+        CheckFuture::ready(self.check_given_bytes(key, cost).map_err(CheckError::Gcra))
     }
 
     fn quota(&self) -> Quota {

@@ -34,6 +34,26 @@ impl<K> QuotaLayer<SeparateLimits, K> {
     /// existing keyed limiter (in memory, remote, two-tier, `Arc<dyn KeyedLimit>`), advertised
     /// as the per-key policy `"default"`. Requests without a key share one quota
     /// ([`MissingKey::Anonymous`]).
+    ///
+    /// An in-memory limiter may be keyed by a fixed-size type that reads the key's bytes
+    /// ([`FromKeyBytes`](crate::gcra::FromKeyBytes)): a `KeyedRateLimiter<IpAddr>` behind
+    /// [`PeerIpKey`](super::PeerIpKey) is checked with the peer's address, the same key that
+    /// code outside the layer checks with `check_key(&ip)` (IPv6 peers by their /64 unless
+    /// [`ipv6_prefix(128)`](super::PeerIpKey::ipv6_prefix)).
+    ///
+    /// ```
+    /// use flowguard::gcra::layer::{PeerIpKey, QuotaLayer};
+    /// use flowguard::gcra::{KeyedRateLimiter, Quota};
+    /// use std::net::IpAddr;
+    /// use std::sync::Arc;
+    ///
+    /// let per_client = Arc::new(KeyedRateLimiter::<IpAddr>::new(Quota::per_second(10)?));
+    /// let layer = QuotaLayer::new(per_client.clone(), PeerIpKey::new());
+    /// // Elsewhere (a TCP accept loop, say), the same quotas by address:
+    /// assert!(per_client.check_key(&"192.0.2.7".parse()?)?.allowed);
+    /// # drop(layer);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn new<St: KeyedLimit + ?Sized + 'static>(store: Arc<St>, key: K) -> Self {
         let quota = store.quota();
         let name = PolicyName::default();
