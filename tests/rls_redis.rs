@@ -100,7 +100,13 @@ async fn a_failure_policy_answers_when_redis_is_down() {
     );
     let mut open_client = open.client().await;
     for _ in 0..6 {
-        assert_eq!(code(&ask(&mut open_client, req.clone()).await), Code::Ok);
+        let answer = ask(&mut open_client, req.clone()).await;
+        assert_eq!(code(&answer), Code::Ok);
+        // No made-up numbers: the store was not read.
+        let status = &answer.statuses[0];
+        assert!(status.current_limit.is_none(), "{status:?}");
+        assert!(status.duration_until_reset.is_none(), "{status:?}");
+        assert_eq!(status.limit_remaining, 0, "{status:?}");
     }
     // Local fallback: this instance's half of the quota (burst 2), then over limit.
     let mut local_client = local.client().await;

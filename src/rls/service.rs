@@ -163,12 +163,23 @@ impl RateLimiter {
                         verdict,
                         enforce: !rule.shadow_mode,
                     });
-                    DescriptorStatus {
-                        code: if denied { Code::OverLimit } else { Code::Ok } as i32,
-                        current_limit: Some(current_limit(rule, rate)),
-                        limit_remaining: verdict.remaining,
-                        duration_until_reset: Some(pb_duration(verdict.reset_after)),
-                        quota: None,
+                    let code = if denied { Code::OverLimit } else { Code::Ok } as i32;
+                    if verdict.degraded {
+                        // A failure policy answered: the store's numbers are not known, so
+                        // none are reported (Envoy leaves a status without a current limit
+                        // out of its rate-limit headers).
+                        DescriptorStatus {
+                            code,
+                            ..Default::default()
+                        }
+                    } else {
+                        DescriptorStatus {
+                            code,
+                            current_limit: Some(current_limit(rule, rate)),
+                            limit_remaining: verdict.remaining,
+                            duration_until_reset: Some(pb_duration(verdict.reset_after)),
+                            quota: None,
+                        }
                     }
                 }
             };
