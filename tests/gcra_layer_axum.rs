@@ -7,7 +7,6 @@
 
 mod support;
 
-use std::net::SocketAddr;
 use std::time::{Duration, SystemTime};
 
 use axum::Router;
@@ -18,21 +17,7 @@ use flowguard::gcra::layer::{HeaderKey, MissingKey, PeerIpKey, Policy, QuotaLaye
 use flowguard::gcra::{ConfigError, Decision, LimitSpec, MemoryLimitSet, Quota};
 use flowguard::headers::{QuotaPolicy, ServiceLimit, requested_wait};
 use http::{Response, StatusCode};
-
-/// Serves `app` on a free loopback port (with the peer address in `ConnectInfo`).
-async fn serve(app: Router) -> String {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        axum::serve(
-            listener,
-            app.into_make_service_with_connect_info::<SocketAddr>(),
-        )
-        .await
-        .unwrap();
-    });
-    format!("http://{addr}")
-}
+use support::serve::serve;
 
 /// `GET url` with `x-api-key: key` (none for `None`).
 async fn get_with(client: &reqwest::Client, url: &str, key: Option<&str>) -> reqwest::Response {
@@ -139,28 +124,8 @@ async fn several_quotas_deny_atomically_under_concurrent_clients() {
         .unwrap();
     let set = layer.set().clone();
     let url = serve(Router::new().route("/", get(remaining)).layer(layer)).await;
-    let client = reqwest::Client::new();
-    let tasks: Vec<_> = (0..8)
-        .map(|i| {
-            let (client, url) = (client.clone(), url.clone());
-            tokio::spawn(async move {
-                let key = format!("client-{i}");
-                let mut admitted = 0u32;
-                for _ in 0..15 {
-                    let status = get_with(&client, &url, Some(&key)).await.status();
-                    match status {
-                        StatusCode::OK => admitted += 1,
-                        StatusCode::TOO_MANY_REQUESTS => {}
-                        other => panic!("unexpected {other}"),
-                    }
-                }
-                (key, admitted)
-            })
-        })
-        .collect();
     let mut total = 0;
-    for task in tasks {
-        let (key, admitted) = task.await.unwrap();
+    for (key, admitted) in support::serve::race_clients(&url, 8, 15).await {
         let left = set
             .limiter(0)
             .unwrap()
