@@ -1,6 +1,7 @@
-//! The retry engine runs each attempt in a `tracing` span `attempt` with its number. Alone in its
-//! test binary: `tracing` caches per call site whether anyone listens, and a test on another
-//! thread reaching the call site while this one installs its subscriber could cache "no one".
+//! The retry engine and the tower retry layer run each attempt in a `tracing` span `attempt`
+//! with its number. In a test binary of their own, each test installing its subscriber first:
+//! `tracing` caches per call site whether anyone listens, and a test on another thread reaching
+//! the call site with no subscriber could cache "no one".
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -39,24 +40,24 @@ impl tracing::Subscriber for Spans {
     fn exit(&self, _: &tracing::span::Id) {}
 }
 
+/// A guard retrying up to `max_attempts` times, 10-50 ms apart, without a budget.
+async fn retrying(max_attempts: u32) -> Guard {
+    let bounds = BackoffBounds::new(Duration::from_millis(10), Duration::from_millis(50)).unwrap();
+    let policy = RetryPolicy::builder()
+        .backoff(BackoffStrategy::Decorrelated(bounds))
+        .max_attempts(max_attempts)
+        .without_budget()
+        .seed(3)
+        .build()
+        .unwrap();
+    Guard::builder().retry(policy).build().await.unwrap()
+}
+
 #[tokio::test(start_paused = true)]
 async fn each_attempt_runs_in_a_span_of_its_own() {
-    let bounds = BackoffBounds::new(Duration::from_millis(10), Duration::from_millis(50)).unwrap();
     let spans = Spans::default();
     let _default = tracing::subscriber::set_default(spans.clone());
-    let guard = Guard::builder()
-        .retry(
-            RetryPolicy::builder()
-                .backoff(BackoffStrategy::Decorrelated(bounds))
-                .max_attempts(3)
-                .without_budget()
-                .seed(3)
-                .build()
-                .unwrap(),
-        )
-        .build()
-        .await
-        .unwrap();
+    let guard = retrying(3).await;
     let result = guard
         .call(
             |attempt| async move { if attempt < 2 { Err("503") } else { Ok(attempt) } },
@@ -76,4 +77,52 @@ async fn each_attempt_runs_in_a_span_of_its_own() {
         .cloned()
         .collect();
     assert_eq!(attempts, ["attempt:Some(1)", "attempt:Some(2)"]);
+}
+
+/// The tower retry layer: each attempt runs inside its own `attempt` span, numbered, and the
+/// request of each attempt carries that number in its extensions.
+#[cfg(feature = "tower")]
+#[tokio::test(start_paused = true)]
+async fn the_tower_retry_layer_runs_each_attempt_in_a_span_of_its_own() {
+    use flowguard::backoff::tower::Attempt;
+    use tower::{ServiceBuilder, ServiceExt, service_fn};
+
+    let spans = Spans::default();
+    let _default = tracing::subscriber::set_default(spans.clone());
+    let guard = retrying(4).await;
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let recorded = Arc::clone(&seen);
+    let recorder = spans.clone();
+    let client = ServiceBuilder::new()
+        .layer(guard.retry_layer())
+        .service(service_fn(move |request: http::Request<String>| {
+            let attempt = Attempt::of(&request).number();
+            // The span of this attempt is the last one opened when the service is called.
+            let current = recorder.0.lock().unwrap().last().cloned();
+            recorded.lock().unwrap().push((attempt, current));
+            let status = if attempt < 3 {
+                http::StatusCode::SERVICE_UNAVAILABLE
+            } else {
+                http::StatusCode::OK
+            };
+            async move {
+                let mut response = http::Response::new(());
+                *response.status_mut() = status;
+                Ok::<_, flowguard::backoff::BoxError>(response)
+            }
+        }));
+    let response = client
+        .oneshot(http::Request::new(String::new()))
+        .await
+        .unwrap();
+    assert_eq!(response.status(), http::StatusCode::OK);
+    let attempt_span = |n: u32| Some(format!("attempt:Some({n})"));
+    assert_eq!(
+        *seen.lock().unwrap(),
+        [
+            (1, attempt_span(1)),
+            (2, attempt_span(2)),
+            (3, attempt_span(3))
+        ]
+    );
 }

@@ -1,6 +1,7 @@
 //! A `tower` retry [`Policy`] for `http` requests (feature `tower`).
 //!
-//! Use it with [`tower::retry::RetryLayer`]:
+//! [`HttpRetryLayer`] is the policy with a `tracing` span `attempt` (its number, method, URI)
+//! around each attempt; the policy also works alone with [`tower::retry::RetryLayer`]:
 //!
 //! ```
 //! use flowguard::backoff::{HttpRetryPolicy, RetryPolicy, tower::HttpRetry};
@@ -28,11 +29,15 @@
 
 use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::SystemTime;
 
-use ::tower::retry::Policy;
+use ::tower::retry::{Policy, Retry};
+use ::tower::{Layer, Service};
 use http::{Request, Response};
 use tokio::time::{Instant, Sleep};
+use tracing::Instrument;
+use tracing::instrument::Instrumented;
 
 use super::classify::{ErrorClassifier, TransientErrors};
 use super::http_policy::HttpRetryPolicy;
@@ -160,6 +165,131 @@ where
         *copy.version_mut() = req.version();
         *copy.headers_mut() = req.headers().clone();
         *copy.extensions_mut() = req.extensions().clone();
+        copy.extensions_mut().insert(Attempt::of(req).next());
         Some(copy)
+    }
+}
+
+/// Which attempt of a request this is, in the extensions of the request each attempt sends
+/// (`request.extensions().get::<Attempt>()`): [`HttpRetry`] puts `2` in the copy it makes for
+/// the first retry, `3` in the next, and so on; a request without it is a first attempt.
+///
+/// ```
+/// use flowguard::backoff::tower::Attempt;
+///
+/// let request = http::Request::new(());
+/// assert_eq!(Attempt::of(&request).number(), 1);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Attempt(u32);
+
+impl Attempt {
+    /// The attempt `request` is: the one in its extensions, or the first.
+    pub fn of<B>(request: &Request<B>) -> Self {
+        request
+            .extensions()
+            .get::<Self>()
+            .copied()
+            .unwrap_or(Self(1))
+    }
+
+    /// Its number, from 1 for the first attempt.
+    pub fn number(self) -> u32 {
+        self.0
+    }
+
+    fn next(self) -> Self {
+        Self(self.0.saturating_add(1))
+    }
+}
+
+/// Runs each call of the service it wraps in a `tracing` debug span `attempt`, with fields
+/// `attempt` (the request's [`Attempt`] number), `method` and `uri`. [`HttpRetryLayer`] puts it
+/// under the retries, so each attempt has a span of its own.
+#[derive(Debug, Clone)]
+pub struct AttemptSpan<S> {
+    inner: S,
+}
+
+impl<S> AttemptSpan<S> {
+    /// `inner`, each call in its own span.
+    pub fn new(inner: S) -> Self {
+        Self { inner }
+    }
+
+    /// The wrapped service.
+    pub fn get_ref(&self) -> &S {
+        &self.inner
+    }
+}
+
+impl<S, B> Service<Request<B>> for AttemptSpan<S>
+where
+    S: Service<Request<B>>,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = Instrumented<S::Future>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: Request<B>) -> Self::Future {
+        let attempt = Attempt::of(&request).number();
+        let span = tracing::debug_span!("attempt", attempt, method = %request.method(), uri = %request.uri());
+        let future = {
+            let _entered = span.enter();
+            self.inner.call(request)
+        };
+        future.instrument(span)
+    }
+}
+
+/// The retries of [`HttpRetry`] as a tower layer, each attempt in a `tracing` span of its own
+/// ([`AttemptSpan`]) and carrying its [`Attempt`] number in its extensions.
+///
+/// ```
+/// use flowguard::backoff::{HttpRetryPolicy, RetryPolicy, tower::HttpRetryLayer};
+/// use tower::{ServiceBuilder, service_fn};
+///
+/// # fn main() -> Result<(), flowguard::backoff::ConfigError> {
+/// let retries = HttpRetryLayer::new(HttpRetryPolicy::new(RetryPolicy::builder().build()?));
+/// let client = ServiceBuilder::new().layer(retries).service(service_fn(
+///     |req: http::Request<String>| async move {
+///         Ok::<_, flowguard::backoff::BoxError>(http::Response::new(req.into_body()))
+///     },
+/// ));
+/// # let _ = client;
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Debug)]
+pub struct HttpRetryLayer<C = TransientErrors> {
+    policy: HttpRetry<C>,
+}
+
+impl<C> HttpRetryLayer<C> {
+    /// A layer applying `rules`.
+    pub fn new(rules: HttpRetryPolicy<C>) -> Self {
+        Self {
+            policy: HttpRetry::new(rules),
+        }
+    }
+}
+
+impl<C> Clone for HttpRetryLayer<C> {
+    fn clone(&self) -> Self {
+        Self {
+            policy: self.policy.clone(),
+        }
+    }
+}
+
+impl<S, C> Layer<S> for HttpRetryLayer<C> {
+    type Service = Retry<HttpRetry<C>, AttemptSpan<S>>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        Retry::new(self.policy.clone(), AttemptSpan::new(inner))
     }
 }

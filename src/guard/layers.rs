@@ -3,11 +3,9 @@
 
 use std::sync::Arc;
 
-use tower::retry::RetryLayer;
-
 use super::error::{NoRateLimit, QuotaLayerError};
 use super::guard::Guard;
-use crate::backoff::tower::HttpRetry;
+use crate::backoff::tower::HttpRetryLayer;
 use crate::gcra::layer::{QuotaLayer, QuotaLayerBuilder};
 use crate::gcra::{LimitSet, SeparateLimits};
 use crate::vegas::layer::AdaptiveConcurrencyLayer;
@@ -158,9 +156,11 @@ impl Guard {
     /// requests, with the default HTTP rules of [`HttpRetryPolicy`](crate::backoff::HttpRetryPolicy): `429` and `503` and
     /// transient transport errors are retried, never before the server's `Retry-After` (or
     /// `X-RateLimit-Reset`, with [`legacy_reset`](crate::GuardBuilder::legacy_reset)), only
-    /// for idempotent requests. See [`HttpRetry`] for request bodies that can be copied. Place
-    /// it outside [`outbound_layer`](Self::outbound_layer). Feature `tower`.
-    pub fn retry_layer(&self) -> RetryLayer<HttpRetry> {
-        RetryLayer::new(HttpRetry::new(self.http_retry_rules()))
+    /// for idempotent requests. Each attempt runs in a `tracing` span `attempt` and carries its
+    /// [`Attempt`](crate::backoff::tower::Attempt) number (see [`HttpRetryLayer`]); see
+    /// [`HttpRetry`](crate::backoff::tower::HttpRetry) for request bodies that can be copied.
+    /// Place it outside [`outbound_layer`](Self::outbound_layer). Feature `tower`.
+    pub fn retry_layer(&self) -> HttpRetryLayer {
+        HttpRetryLayer::new(self.http_retry_rules())
     }
 }
