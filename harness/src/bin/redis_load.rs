@@ -5,12 +5,12 @@
 //! cargo run --release -p flowguard-harness --bin redis_load -- \
 //!     --redis redis://127.0.0.1:6379 --tasks 64 --seconds 3 --json [--prefix P] [--keys N] \
 //!     [--rate R --burst B --cost C] [--cluster URL,URL,...] [--threads N (default 1)] \
-//!     [--coalesce on|off] [--max-batch N] [--two-tier BATCH]
+//!     [--coalesce on|off] [--max-batch N] [--two-tier BATCH] [--script flowguard|naive]
 //! ```
 
 use std::process::ExitCode;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use clap::{ArgAction, Parser, ValueEnum};
 use flowguard::gcra::redis::{DEFAULT_MAX_BATCH, RedisStore};
@@ -30,6 +30,11 @@ use rand::{Rng, SeedableRng};
 /// Redis CPU: on a standalone server, `INFO commandstats` is read before and after the run, and
 /// the growth of the script commands' time (`usec` of `evalsha` and `eval`) is divided by the
 /// decisions. Run it against a server nobody else uses, or other clients' scripts are counted too.
+///
+/// `--script naive` runs the same load through the naive reference script instead (client time,
+/// GET then SET EX, one EVALSHA per decision on one multiplexed connection), so that the Redis CPU
+/// of a decision can be compared with the naive script's on the same keys, the same server and the
+/// same working set in one run.
 #[derive(Parser)]
 #[command(verbatim_doc_comment, args_override_self = true)]
 struct Args {
@@ -47,7 +52,7 @@ struct Args {
     seconds: f64,
     /// Print a JSON object as the last stdout line.
     ///
-    /// Its fields: `topology`, `tasks`, `seconds`, `keys`, `prefix`, `coalesce`, `max_batch`,
+    /// Its fields: `topology`, `tasks`, `seconds`, `keys`, `prefix`, `script`, `coalesce`, `max_batch`,
     /// `two_tier_batch`, `decisions`, `calls` (script calls the store sent), `allowed`, `denied`,
     /// `degraded`, `errors`, `decisions_per_sec`, latency percentiles `p50_us`, `p90_us`,
     /// `p99_us`, `p999_us`, `max_us` (hdrhistogram), and from `INFO commandstats` (standalone;
@@ -83,6 +88,68 @@ struct Args {
     /// Two-tier mode: reserve this many tokens per Redis call and spend them locally.
     #[arg(long, value_name = "BATCH", value_parser = positive::<u32>)]
     two_tier: Option<u32>,
+    /// What decides: flowguard's store (`flowguard`), or the naive reference script
+    /// (`naive`: standalone only; `--coalesce`, `--max-batch` and `--two-tier` do not apply).
+    #[arg(long, value_enum, default_value_t = Script::Flowguard, value_name = "flowguard|naive")]
+    script: Script,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Script {
+    Flowguard,
+    Naive,
+}
+
+/// The naive reference script (`harness/scripts/naive_gcra.lua`).
+const NAIVE_LUA: &str = include_str!("../../scripts/naive_gcra.lua");
+
+/// What the tasks decide with.
+#[derive(Clone)]
+enum Decider {
+    /// flowguard's limiter (one-tier or two-tier) on its store.
+    Flowguard(Arc<dyn KeyedLimit>),
+    /// The naive script: one EVALSHA per decision, keys `<prefix>naive:<n>`.
+    Naive(Arc<Naive>),
+}
+
+struct Naive {
+    con: redis::aio::MultiplexedConnection,
+    script: redis::Script,
+    prefix: String,
+    interval_s: f64,
+    burst: u32,
+}
+
+/// A decision's outcome: allowed, degraded; `Err` for an error.
+type Outcome = Result<(bool, bool), ()>;
+
+impl Decider {
+    async fn decide(&self, key: u64, cost: u32) -> Outcome {
+        match self {
+            Decider::Flowguard(limiter) => match limiter.check(&key.to_le_bytes(), cost).await {
+                Ok(d) => Ok((d.allowed, d.degraded.is_some())),
+                Err(_) => Err(()),
+            },
+            Decider::Naive(naive) => {
+                let now = SystemTime::now()
+                    .duration_since(UNIX_EPOCH)
+                    .map_err(|_| ())?
+                    .as_secs_f64();
+                let reply: redis::RedisResult<(i64, i64)> = naive
+                    .script
+                    .key(format!("{}naive:{key}", naive.prefix))
+                    .arg(now)
+                    .arg(naive.interval_s)
+                    .arg(naive.burst)
+                    .arg(cost)
+                    .invoke_async(&mut naive.con.clone())
+                    .await;
+                reply
+                    .map(|(allowed, _)| (allowed == 1, false))
+                    .map_err(|_| ())
+            }
+        }
+    }
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -129,24 +196,48 @@ fn main() -> ExitCode {
 }
 
 async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
-    let builder = match &args.cluster {
-        Some(urls) => RedisStore::cluster_builder(urls.clone()),
-        None => RedisStore::builder(args.redis.clone()),
+    let max_batch = match (args.script, args.coalesce) {
+        (Script::Flowguard, Switch::On) => args.max_batch,
+        _ => 1,
     };
-    let max_batch = match args.coalesce {
-        Switch::On => args.max_batch,
-        Switch::Off => 1,
-    };
-    let store = builder
-        .prefix(&args.prefix)
-        .max_batch(max_batch)
-        .connect()
-        .await?;
     let quota = Quota::per_second(args.rate)?.with_burst(args.burst)?;
-    let remote = RemoteRateLimiter::builder(store.clone(), quota).build()?;
-    let limiter: Arc<dyn KeyedLimit> = match args.two_tier {
-        Some(batch) => Arc::new(TwoTierLimiter::builder(remote, batch).build()?),
-        None => Arc::new(remote),
+    let (decider, store) = match args.script {
+        Script::Flowguard => {
+            let builder = match &args.cluster {
+                Some(urls) => RedisStore::cluster_builder(urls.clone()),
+                None => RedisStore::builder(args.redis.clone()),
+            };
+            let store = builder
+                .prefix(&args.prefix)
+                .max_batch(max_batch)
+                .connect()
+                .await?;
+            let remote = RemoteRateLimiter::builder(store.clone(), quota).build()?;
+            let limiter: Arc<dyn KeyedLimit> = match args.two_tier {
+                Some(batch) => Arc::new(TwoTierLimiter::builder(remote, batch).build()?),
+                None => Arc::new(remote),
+            };
+            (Decider::Flowguard(limiter), Some(store))
+        }
+        Script::Naive => {
+            if args.cluster.is_some() || args.two_tier.is_some() {
+                return Err(
+                    "--script naive runs on a standalone server (--redis), without --two-tier"
+                        .into(),
+                );
+            }
+            let con = redis::Client::open(args.redis.as_str())?
+                .get_multiplexed_async_connection()
+                .await?;
+            let naive = Naive {
+                con,
+                script: redis::Script::new(NAIVE_LUA),
+                prefix: args.prefix.clone(),
+                interval_s: 1.0 / f64::from(args.rate.max(1)),
+                burst: args.burst,
+            };
+            (Decider::Naive(Arc::new(naive)), None)
+        }
     };
     let mut stats = match &args.cluster {
         Some(_) => None,
@@ -156,12 +247,13 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         Some(s) => s.scripts().await,
         None => None,
     };
-    let calls_before = store.script_calls();
+    let store_calls = || store.as_ref().map(RedisStore::script_calls);
+    let calls_before = store_calls();
     let run_for = Duration::from_secs_f64(args.seconds);
     let started = Instant::now();
     let mut tasks = Vec::with_capacity(args.tasks);
     for seed in 0..args.tasks as u64 {
-        let (limiter, keys, cost) = (limiter.clone(), args.keys, args.cost);
+        let (decider, keys, cost) = (decider.clone(), args.keys, args.cost);
         tasks.push(tokio::spawn(async move {
             let mut rng = SmallRng::seed_from_u64(seed);
             let mut hist =
@@ -171,17 +263,17 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
                 // A check answered locally (two-tier) never waits: yield now and then, so the
                 // runtime still reads Redis' replies.
                 tokio::task::coop::consume_budget().await;
-                let key = rng.random_range(0..keys).to_le_bytes();
+                let key = rng.random_range(0..keys);
                 let t0 = Instant::now();
-                let result = limiter.check(&key, cost).await;
+                let result = decider.decide(key, cost).await;
                 hist.saturating_record(t0.elapsed().as_micros() as u64);
                 tally.decisions += 1;
                 match result {
-                    Ok(d) => {
-                        tally.allowed += u64::from(d.allowed);
-                        tally.degraded += u64::from(d.degraded.is_some());
+                    Ok((allowed, degraded)) => {
+                        tally.allowed += u64::from(allowed);
+                        tally.degraded += u64::from(degraded);
                     }
-                    Err(_) => tally.errors += 1,
+                    Err(()) => tally.errors += 1,
                 }
             }
             (hist, tally)
@@ -198,7 +290,11 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         total.errors += t.errors;
     }
     let elapsed = started.elapsed().as_secs_f64();
-    let calls = store.script_calls() - calls_before;
+    // The naive script makes one call per decision.
+    let calls = match (store_calls(), calls_before) {
+        (Some(now), Some(before)) => now - before,
+        _ => total.decisions,
+    };
     // Two-tier refills still in flight finish before the statistics are read.
     tokio::time::sleep(Duration::from_millis(20)).await;
     let after = match &mut stats {
@@ -237,7 +333,11 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
             "seconds": elapsed,
             "keys": args.keys,
             "prefix": args.prefix,
-            "coalesce": args.coalesce == Switch::On,
+            "script": match args.script {
+                Script::Flowguard => "flowguard",
+                Script::Naive => "naive",
+            },
+            "coalesce": args.script == Script::Flowguard && args.coalesce == Switch::On,
             "max_batch": max_batch,
             "two_tier_batch": args.two_tier,
             "decisions": total.decisions,
@@ -336,6 +436,9 @@ mod tests {
         assert!(Args::try_parse_from(["redis_load", "--coalesce", "maybe"]).is_err());
         assert!(Args::try_parse_from(["redis_load", "--max-batch", "0"]).is_err());
         assert_eq!(parse(&["--two-tier", "50"]).two_tier, Some(50));
+        assert!(parse(&[]).script == Script::Flowguard);
+        assert!(parse(&["--script", "naive"]).script == Script::Naive);
+        assert!(Args::try_parse_from(["redis_load", "--script", "cell"]).is_err());
     }
 
     #[test]
