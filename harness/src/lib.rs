@@ -1,4 +1,5 @@
 //! Code shared by the harness binaries and their tests. Not part of the published crate.
 
 pub mod cli;
+pub mod naive;
 pub mod overload;

@@ -16,6 +16,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use clap::Parser;
 use flowguard_harness::cli::positive;
+use flowguard_harness::naive;
 use redis::aio::MultiplexedConnection;
 use redis::{Cmd, Value};
 use serde_json::{Map, Value as Json, json};
@@ -25,8 +26,6 @@ type Result<T> = std::result::Result<T, AnyError>;
 
 /// flowguard's script, exactly as the store ships it.
 const FLOWGUARD_LUA: &str = include_str!("../../../src/gcra/redis/gcra.lua");
-/// The naive reference script of the design brief (client time, GET then SET EX, cost ignored).
-const NAIVE_LUA: &str = include_str!("../../scripts/naive_gcra.lua");
 /// Floor 1: what EVALSHA costs with one key and flowguard's arguments before the script does anything.
 const EMPTY_LUA: &str = "return 1";
 /// Floor 2: the two data commands any GET/SET GCRA script needs, and nothing else.
@@ -363,7 +362,7 @@ impl Scripts {
         }
         Ok(Self {
             flowguard: script_load(con, FLOWGUARD_LUA).await?,
-            naive: script_load(con, NAIVE_LUA).await?,
+            naive: script_load(con, naive::LUA).await?,
             empty: script_load(con, EMPTY_LUA).await?,
             get_set: script_load(con, GET_SET_LUA).await?,
             probe: script_load(con, PROBE_LUA).await?,
@@ -452,18 +451,7 @@ impl Call {
                 cmd
             }
             Call::Naive { sha } => {
-                let now = SystemTime::now()
-                    .duration_since(UNIX_EPOCH)
-                    .unwrap_or_default();
-                let mut cmd = redis::cmd("EVALSHA");
-                cmd.arg(sha)
-                    .arg(1)
-                    .arg(key)
-                    .arg(format!("{:.6}", now.as_secs_f64()));
-                cmd.arg(quota.interval_us as f64 / 1e6)
-                    .arg(quota.burst)
-                    .arg(1);
-                cmd
+                naive::command(sha, key, quota.interval_us as f64 / 1e6, quota.burst, 1)
             }
             Call::Set => {
                 let mut cmd = redis::cmd("SET");
@@ -1230,7 +1218,7 @@ mod tests {
             options
                 .extra_scripts
                 .iter()
-                .all(|(_, lua)| lua == NAIVE_LUA)
+                .all(|(_, lua)| lua == naive::LUA)
         );
         assert!(script("no-path").unwrap_err().contains("NAME=PATH"));
         assert!(

@@ -10,7 +10,7 @@
 
 use std::process::ExitCode;
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use clap::{ArgAction, Parser, ValueEnum};
 use flowguard::gcra::redis::{DEFAULT_MAX_BATCH, RedisStore};
@@ -18,6 +18,7 @@ use flowguard::gcra::remote::RemoteRateLimiter;
 use flowguard::gcra::two_tier::TwoTierLimiter;
 use flowguard::gcra::{KeyedLimit, Quota};
 use flowguard_harness::cli::{positive, seconds};
+use flowguard_harness::naive;
 use hdrhistogram::Histogram;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
@@ -100,9 +101,6 @@ enum Script {
     Naive,
 }
 
-/// The naive reference script (`harness/scripts/naive_gcra.lua`).
-const NAIVE_LUA: &str = include_str!("../../scripts/naive_gcra.lua");
-
 /// What the tasks decide with.
 #[derive(Clone)]
 enum Decider {
@@ -114,7 +112,8 @@ enum Decider {
 
 struct Naive {
     con: redis::aio::MultiplexedConnection,
-    script: redis::Script,
+    /// The script's SHA1, loaded when the run starts.
+    sha: String,
     prefix: String,
     interval_s: f64,
     burst: u32,
@@ -130,20 +129,11 @@ impl Decider {
                 Ok(d) => Ok((d.allowed, d.degraded.is_some())),
                 Err(_) => Err(()),
             },
-            Decider::Naive(naive) => {
-                let now = SystemTime::now()
-                    .duration_since(UNIX_EPOCH)
-                    .map_err(|_| ())?
-                    .as_secs_f64();
-                let reply: redis::RedisResult<(i64, i64)> = naive
-                    .script
-                    .key(format!("{}naive:{key}", naive.prefix))
-                    .arg(now)
-                    .arg(naive.interval_s)
-                    .arg(naive.burst)
-                    .arg(cost)
-                    .invoke_async(&mut naive.con.clone())
-                    .await;
+            Decider::Naive(n) => {
+                let key = format!("{}naive:{key}", n.prefix);
+                let cmd = naive::command(&n.sha, &key, n.interval_s, n.burst.into(), cost);
+                let reply: redis::RedisResult<(i64, i64)> =
+                    cmd.query_async(&mut n.con.clone()).await;
                 reply
                     .map(|(allowed, _)| (allowed == 1, false))
                     .map_err(|_| ())
@@ -226,14 +216,20 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
                         .into(),
                 );
             }
-            let con = redis::Client::open(args.redis.as_str())?
+            let mut con = redis::Client::open(args.redis.as_str())?
                 .get_multiplexed_async_connection()
+                .await?;
+            let sha: String = redis::cmd("SCRIPT")
+                .arg("LOAD")
+                .arg(naive::LUA)
+                .query_async(&mut con)
                 .await?;
             let naive = Naive {
                 con,
-                script: redis::Script::new(NAIVE_LUA),
+                sha,
                 prefix: args.prefix.clone(),
-                interval_s: 1.0 / f64::from(args.rate.max(1)),
+                // `quota` above refused a rate of 0.
+                interval_s: 1.0 / f64::from(args.rate),
                 burst: args.burst,
             };
             (Decider::Naive(Arc::new(naive)), None)
