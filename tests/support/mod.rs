@@ -2,8 +2,11 @@
 //! killed on drop (also when a test panics).
 #![allow(dead_code)]
 
+pub mod recorder;
+pub mod retries;
 #[cfg(feature = "axum")]
 pub mod serve;
+pub mod window;
 
 use std::collections::HashSet;
 use std::io::{Read, Write};

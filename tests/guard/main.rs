@@ -1,0 +1,15 @@
+//! The `Guard` facade: building it (and every refusal), calls, its layers, its HTTP client, quotas
+//! through its layer, metrics and spans.
+//!
+//! One test binary per module of the crate, one file per concern.
+
+#[path = "../support/mod.rs"]
+mod support;
+
+mod build;
+mod facade;
+mod guard_metrics;
+mod http_client;
+mod layers;
+mod quota_layer;
+mod spans;

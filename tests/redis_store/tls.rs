@@ -1,0 +1,33 @@
+//! TLS: a `rediss://` URL connects to a TLS-only server (feature `redis-tls`).
+#![cfg(feature = "redis-tls")]
+
+use crate::support::RedisServer;
+use flowguard::gcra::Quota;
+use flowguard::gcra::redis::RedisStore;
+use flowguard::gcra::remote::RemoteRateLimiter;
+
+#[tokio::test]
+async fn rediss_urls_speak_tls() {
+    let server = RedisServer::start_tls();
+    // The certificate is self-signed for this test; `#insecure` skips verifying it. In production
+    // the server's certificate is verified against the system's trust store.
+    let url = format!("rediss://127.0.0.1:{}/#insecure", server.port);
+    let store = RedisStore::builder(&url).connect().await.unwrap();
+    let limiter = RemoteRateLimiter::builder(store, Quota::per_second(10).unwrap())
+        .build()
+        .unwrap();
+    let d = limiter.check_key_n(b"k", 4).await.unwrap();
+    assert_eq!(
+        (d.allowed, d.remaining().unwrap(), d.degraded),
+        (true, 6, None)
+    );
+    // The same server refuses plaintext: a redis:// URL does not get a working store.
+    let plain = format!("redis://127.0.0.1:{}", server.port);
+    assert!(
+        RedisStore::builder(plain)
+            .connect_timeout(std::time::Duration::from_millis(500))
+            .connect()
+            .await
+            .is_err()
+    );
+}

@@ -1,0 +1,326 @@
+//! The pure limit algorithms: bounds, robustness of the Vegas baseline, cuts and growth.
+
+use crate::common;
+
+use std::time::Duration;
+
+use common::{Dependency, busy_rounds, sample};
+use flowguard::vegas::{
+    Aimd, ConfigError, Fixed, Gradient, LimitAlgorithm, LimitBounds, Outcome, Vegas, VegasBuilder,
+};
+use proptest::prelude::*;
+
+const DEPENDENCY: Dependency = Dependency {
+    slots: 40,
+    service_micros: 10_000,
+};
+
+fn vegas() -> Vegas {
+    Vegas::builder()
+        .bounds(LimitBounds::new(1, 500, 10).unwrap())
+        .build()
+        .unwrap()
+}
+
+/// The limit Vegas settles at against DEPENDENCY: a few calls above the slots.
+fn converged() -> (Vegas, usize) {
+    let mut vegas = vegas();
+    let limit = DEPENDENCY.drive(&mut vegas, 300);
+    assert!(
+        (DEPENDENCY.slots..=DEPENDENCY.slots + 25).contains(&limit),
+        "settles a small queue above the {} slots, got {limit}",
+        DEPENDENCY.slots
+    );
+    (vegas, limit)
+}
+
+#[test]
+fn vegas_settles_just_above_the_dependency_capacity() {
+    let (vegas, _) = converged();
+    let base = vegas.rtt_base().unwrap();
+    assert_eq!(base, Duration::from_micros(DEPENDENCY.service_micros));
+}
+
+#[test]
+fn one_1us_sample_does_not_poison_the_baseline() {
+    let (mut vegas, before) = converged();
+    vegas.update(&sample(1, before, Outcome::Success));
+    let after = DEPENDENCY.drive(&mut vegas, 20);
+    assert_eq!(
+        vegas.rtt_base(),
+        Some(Duration::from_micros(DEPENDENCY.service_micros))
+    );
+    assert!(after >= DEPENDENCY.slots, "limit collapsed to {after}");
+}
+
+#[test]
+fn a_burst_of_fast_failures_costs_one_cut_not_a_collapse() {
+    let (mut vegas, before) = converged();
+    for _ in 0..before {
+        vegas.update(&sample(1, before, Outcome::Dropped));
+    }
+    assert_eq!(
+        vegas.limit(),
+        before / 2,
+        "one multiplicative cut per round"
+    );
+    assert_eq!(
+        vegas.rtt_base(),
+        Some(Duration::from_micros(DEPENDENCY.service_micros)),
+        "fast failures never feed the baseline"
+    );
+    let recovered = DEPENDENCY.drive(&mut vegas, 30);
+    assert!(recovered >= DEPENDENCY.slots, "back to {recovered}");
+}
+
+#[test]
+fn sustained_drops_keep_cutting_round_after_round() {
+    let (mut vegas, before) = converged();
+    for _ in 0..4 {
+        let limit = vegas.limit();
+        for _ in 0..limit.max(1) {
+            vegas.update(&sample(5_000, limit, Outcome::Dropped));
+        }
+    }
+    assert!(
+        vegas.limit() <= before / 8,
+        "{} after 4 rounds of drops",
+        vegas.limit()
+    );
+}
+
+#[test]
+fn the_limit_only_grows_while_the_caller_uses_half_of_it() {
+    let mut vegas = vegas();
+    // 100 rounds' worth (the first periodic probe comes after 500).
+    for _ in 0..1_000 {
+        vegas.update(&sample(10_000, 4, Outcome::Success));
+    }
+    assert_eq!(
+        vegas.limit(),
+        10,
+        "4 in flight of 10 is below half: no growth"
+    );
+    busy_rounds(&mut vegas, 20, 10_000);
+    assert!(vegas.limit() > 10);
+}
+
+#[test]
+fn a_slower_dependency_is_relearned_and_the_limit_recovers() {
+    let (mut vegas, _) = converged();
+    let slow = Dependency {
+        service_micros: 3 * DEPENDENCY.service_micros,
+        ..DEPENDENCY
+    };
+    let limit = slow.drive(&mut vegas, 40);
+    let base = vegas.rtt_base().unwrap();
+    assert_eq!(base, Duration::from_micros(slow.service_micros));
+    assert!(
+        limit >= slow.slots,
+        "concurrency capacity did not change, limit {limit}"
+    );
+}
+
+#[test]
+fn a_faster_dependency_is_relearned_from_unloaded_samples() {
+    let (mut vegas, _) = converged();
+    let fast = Dependency {
+        service_micros: DEPENDENCY.service_micros / 2,
+        ..DEPENDENCY
+    };
+    let limit = fast.drive(&mut vegas, 60);
+    assert_eq!(
+        vegas.rtt_base(),
+        Some(Duration::from_micros(fast.service_micros))
+    );
+    assert!((fast.slots..=fast.slots + 25).contains(&limit), "{limit}");
+}
+
+#[test]
+fn periodic_probes_do_not_creep_the_baseline_upwards() {
+    let (mut vegas, _) = converged();
+    // Thousands of rounds: many periodic probes, each at reduced concurrency.
+    let limit = DEPENDENCY.drive(&mut vegas, 3_000);
+    assert_eq!(
+        vegas.rtt_base(),
+        Some(Duration::from_micros(DEPENDENCY.service_micros))
+    );
+    assert!(
+        limit <= DEPENDENCY.slots + 25,
+        "queue crept up: limit {limit}"
+    );
+}
+
+#[test]
+fn invalid_vegas_settings_are_typed_errors() {
+    let bad = |builder: VegasBuilder| builder.build().unwrap_err();
+    assert!(matches!(
+        bad(Vegas::builder().alpha(6.0).beta(6.0)),
+        ConfigError::AlphaNotBelowBeta { .. }
+    ));
+    let error = bad(Vegas::builder().backoff_ratio(1.0));
+    assert!(error.to_string().contains("backoff_ratio"), "{error}");
+    assert!(matches!(
+        bad(Vegas::builder().smoothing(f64::NAN)),
+        ConfigError::OutOfRange {
+            field: "smoothing",
+            ..
+        }
+    ));
+    assert!(matches!(
+        LimitBounds::new(10, 5, 7),
+        Err(ConfigError::MinAboveMax { min: 10, max: 5 })
+    ));
+    assert!(matches!(
+        LimitBounds::new(0, 5, 1),
+        Err(ConfigError::ZeroLimit { field: "min" })
+    ));
+    assert!(matches!(
+        LimitBounds::new(2, 5, 9),
+        Err(ConfigError::InitialOutOfRange { .. })
+    ));
+    assert!(Fixed::new(0).is_err());
+    assert!(
+        Aimd::builder()
+            .latency_threshold(Duration::ZERO)
+            .build()
+            .is_err()
+    );
+    assert!(Gradient::builder().rtt_tolerance(0.5).build().is_err());
+}
+
+#[test]
+fn aimd_adds_per_round_and_multiplies_on_drops() {
+    let mut aimd = Aimd::builder()
+        .bounds(LimitBounds::new(1, 100, 10).unwrap())
+        .latency_threshold(Duration::from_millis(50))
+        .build()
+        .unwrap();
+    assert_eq!(busy_rounds(&mut aimd, 5, 10_000), 15);
+    assert_eq!(aimd.update(&sample(1_000, 15, Outcome::Dropped)), 13);
+    assert_eq!(
+        aimd.update(&sample(60_000, 13, Outcome::Success)),
+        12,
+        "slower than the latency threshold counts as a drop"
+    );
+}
+
+#[test]
+fn gradient_shrinks_when_latency_rises_above_its_average() {
+    let mut gradient = Gradient::builder()
+        .bounds(LimitBounds::new(1, 1000, 50).unwrap())
+        .build()
+        .unwrap();
+    busy_rounds(&mut gradient, 3, 10_000);
+    let before = gradient.limit();
+    busy_rounds(&mut gradient, 1, 40_000);
+    assert!(gradient.limit() < before);
+}
+
+fn bounds() -> impl Strategy<Value = LimitBounds> {
+    (1usize..50, 0usize..200, 0usize..200).prop_map(|(min, span, offset)| {
+        let max = min + span;
+        LimitBounds::new(min, max, min + offset.min(span)).unwrap()
+    })
+}
+
+fn samples() -> impl Strategy<Value = Vec<(u64, usize, u8)>> {
+    prop::collection::vec((1u64..2_000_000, 1usize..600, 0u8..3), 1..1_500)
+}
+
+fn outcome(code: u8) -> Outcome {
+    match code {
+        0 => Outcome::Success,
+        1 => Outcome::Dropped,
+        _ => Outcome::Ignored,
+    }
+}
+
+fn check_bounds(
+    mut algorithm: impl LimitAlgorithm,
+    bounds: LimitBounds,
+    feed: &[(u64, usize, u8)],
+) {
+    assert!((bounds.min()..=bounds.max()).contains(&algorithm.limit()));
+    for &(rtt, in_flight, code) in feed {
+        let limit = algorithm.update(&sample(rtt, in_flight, outcome(code)));
+        assert_eq!(limit, algorithm.limit());
+        assert!(
+            (bounds.min()..=bounds.max()).contains(&limit),
+            "{} left [{}, {}]: {limit}",
+            algorithm.name(),
+            bounds.min(),
+            bounds.max()
+        );
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    #[test]
+    fn every_algorithm_keeps_its_limit_in_bounds(bounds in bounds(), feed in samples(), scaled: bool) {
+        let vegas = Vegas::builder().bounds(bounds).log10_scaling(scaled).build().unwrap();
+        check_bounds(vegas, bounds, &feed);
+        check_bounds(Aimd::builder().bounds(bounds).build().unwrap(), bounds, &feed);
+        check_bounds(Gradient::builder().bounds(bounds).build().unwrap(), bounds, &feed);
+    }
+
+    #[test]
+    fn vegas_stays_in_bounds_under_a_queueing_dependency(bounds in bounds(), slots in 1usize..300) {
+        let dependency = Dependency { slots, service_micros: 5_000 };
+        let mut vegas = Vegas::builder().bounds(bounds).build().unwrap();
+        for _ in 0..50 {
+            let limit = dependency.drive(&mut vegas, 1);
+            prop_assert!((bounds.min()..=bounds.max()).contains(&limit));
+        }
+    }
+}
+
+#[test]
+fn a_small_dependency_gets_a_proportionally_small_queue() {
+    let small = Dependency {
+        slots: 8,
+        service_micros: 10_000,
+    };
+    // Start below the slots, as a caller ramping up does, so the first window is unloaded.
+    let mut vegas = Vegas::builder()
+        .bounds(LimitBounds::new(1, 500, 4).unwrap())
+        .build()
+        .unwrap();
+    small.drive(&mut vegas, 300);
+    // alpha and beta are capped at 10 % and 20 % of the limit: at most 2 calls queue, not 3..6.
+    for _ in 0..20 {
+        let limit = small.drive(&mut vegas, 1);
+        assert!((8..=10).contains(&limit), "limit {limit} for 8 slots");
+    }
+}
+
+#[test]
+fn limits_beyond_what_a_limiter_tracks_are_config_errors() {
+    use flowguard::vegas::{ConfigError, Fixed, LimitBounds, MAX_LIMIT};
+    assert!(LimitBounds::new(1, MAX_LIMIT, 1).is_ok());
+    let err = LimitBounds::new(1, MAX_LIMIT + 1, 1).unwrap_err();
+    assert_eq!(
+        err,
+        ConfigError::LimitTooLarge {
+            field: "max",
+            value: MAX_LIMIT + 1,
+            max: MAX_LIMIT
+        }
+    );
+    assert!(err.to_string().contains("use a smaller limit"), "{err}");
+    assert!(matches!(
+        Fixed::new(usize::MAX),
+        Err(ConfigError::LimitTooLarge { field: "limit", .. })
+    ));
+}
+
+#[test]
+fn the_defaults_behind_new_are_valid_settings() {
+    // `new()` is the builder with defaults and cannot fail: the defaults must pass the checks.
+    assert!(Vegas::builder().build().is_ok());
+    assert!(Aimd::builder().build().is_ok());
+    assert!(Gradient::builder().build().is_ok());
+    assert_eq!(Vegas::new().limit(), LimitBounds::default().initial());
+}

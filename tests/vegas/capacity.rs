@@ -1,0 +1,121 @@
+//! Vegas against a dependency whose capacity steps down: a slower service time at the same
+//! concurrency must be re-learned without collapsing the limit; fewer slots must still be cut to.
+
+use crate::common;
+
+use std::time::Duration;
+
+use common::{Dependency, sample};
+use flowguard::vegas::{LimitAlgorithm, LimitBounds, Outcome, Vegas};
+
+/// Feeds `samples` samples from `dependency` to a caller that always uses the whole limit, and
+/// answers the limit after each.
+fn drive(vegas: &mut Vegas, dependency: Dependency, samples: usize) -> Vec<usize> {
+    (0..samples)
+        .map(|_| {
+            let limit = vegas.limit();
+            vegas.update(&sample(
+                dependency.rtt_micros(limit),
+                limit,
+                Outcome::Success,
+            ))
+        })
+        .collect()
+}
+
+/// Asserts that every limit in `limits` is 4, 5 or 6: the 4 slots kept busy, a small queue.
+fn assert_keeps_four_slots_busy(limits: &[usize], what: &str) {
+    assert!(
+        limits.iter().all(|&limit| (4..=6).contains(&limit)),
+        "{what}: limits {:?}",
+        limits.iter().min()..=limits.iter().max()
+    );
+}
+
+/// The longest run of consecutive samples with the limit below `floor`.
+fn longest_run_below(limits: &[usize], floor: usize) -> usize {
+    limits
+        .split(|&limit| limit >= floor)
+        .map(<[usize]>::len)
+        .max()
+        .unwrap_or(0)
+}
+
+const FOUR_SLOTS: Dependency = Dependency {
+    slots: 4,
+    service_micros: 10_000,
+};
+
+/// Vegas with default settings, starting below the slots (as a caller ramping up does, so its
+/// first window is unloaded).
+fn vegas() -> Vegas {
+    Vegas::builder()
+        .bounds(LimitBounds::new(1, 1000, 2).unwrap())
+        .build()
+        .unwrap()
+}
+
+/// [`vegas`] settled against FOUR_SLOTS.
+fn settled() -> Vegas {
+    let mut vegas = vegas();
+    drive(&mut vegas, FOUR_SLOTS, 2_000);
+    vegas
+}
+
+#[test]
+fn a_small_dependency_keeps_its_slots_busy_in_steady_state() {
+    let mut vegas = settled();
+    let limits = drive(&mut vegas, FOUR_SLOTS, 4_000);
+    assert_keeps_four_slots_busy(&limits, "steady state");
+}
+
+#[test]
+fn a_slower_service_time_is_relearned_without_collapsing_the_limit() {
+    let mut vegas = settled();
+    let slower = Dependency {
+        service_micros: 25_000,
+        ..FOUR_SLOTS
+    };
+    let limits = drive(&mut vegas, slower, 400);
+    // The stale 10 ms baseline makes the first windows look queued; the cut that follows is
+    // judged by the RTT after it, and reverted within one short window.
+    let below = longest_run_below(&limits, slower.slots);
+    assert!(below <= 8, "limit below the 4 slots for {below} samples");
+    assert!(
+        limits.iter().all(|&limit| limit >= 2),
+        "limit fell to {:?}",
+        limits.iter().min()
+    );
+    assert_eq!(vegas.rtt_base(), Some(Duration::from_millis(25)));
+    assert_keeps_four_slots_busy(&limits[200..], "after the re-learn");
+}
+
+#[test]
+fn fewer_slots_are_cut_to_and_the_baseline_stays() {
+    let mut vegas = vegas();
+    let eight = Dependency {
+        slots: 8,
+        ..FOUR_SLOTS
+    };
+    drive(&mut vegas, eight, 2_000);
+    let limits = drive(&mut vegas, FOUR_SLOTS, 1_000);
+    assert_eq!(
+        vegas.rtt_base(),
+        Some(Duration::from_millis(10)),
+        "the queue after losing slots is a real queue, not a slower dependency"
+    );
+    assert_keeps_four_slots_busy(&limits[500..], "after losing 4 of 8 slots");
+}
+
+#[test]
+fn drops_still_halve_the_limit_after_a_relearn() {
+    let mut vegas = settled();
+    let slower = Dependency {
+        service_micros: 25_000,
+        ..FOUR_SLOTS
+    };
+    drive(&mut vegas, slower, 400);
+    let before = vegas.limit();
+    let after = vegas.update(&sample(1_000, before, Outcome::Dropped));
+    assert_eq!(after, before / 2);
+}
