@@ -234,7 +234,7 @@ impl Iterator for DecorrelatedJitter {
 /// (in particular not `cap`), so saturated clients do not re-synchronise. Below the cap it
 /// is the decorrelated distribution. With `prev = p`, a delay is `uniform(base, min(3p, cap))`
 /// with probability `(min(3p, cap) - base) / (3p - base)` and `uniform(max(base, cap/2), cap)`
-/// otherwise. Measured in steady state with `base = cap / 100` (tests/backoff_jitter.rs):
+/// otherwise. Measured in steady state with `base = cap / 100` (tests/backoff/jitter.rs):
 /// mean 0.42 cap (plain decorrelated: 0.53 cap, a third of it exactly at the cap), 44% of the
 /// delays in `[cap/2, cap]`, spread evenly there; under 1% within 1% of the cap.
 ///

@@ -32,7 +32,7 @@ pub const DEFAULT_MAX_KEYS: usize = 1 << 20;
 /// stored key (a 24-byte `Vec`), the state word and one control byte, 33 bytes today; and each
 /// live key owns at most `1 + MAX_VERBATIM_KEY_LEN` = 65 bytes of key data (see
 /// [`LimitKey`]). That is 178 bytes per key; the bound leaves room for a larger state. Measured
-/// under floods of 64-byte to 64 KiB keys: 90-160 bytes per key (`tests/gcra_keyed_memory.rs`).
+/// under floods of 64-byte to 64 KiB keys: 90-160 bytes per key (`tests/gcra/keyed_memory.rs`).
 /// Keys of a [`FixedSizeKey`](super::FixedSizeKey) type of up to 32 bytes stay within the same bound.
 pub const MAX_HEAP_BYTES_PER_KEY: usize = 256;
 

@@ -17,6 +17,7 @@ pub(crate) const SINGLE: &str = "default";
 /// The policy label of a decision that no policy made: a request without a key refused by
 /// `MissingKey::Reject` (counted `denied`, or `shadow_denied` in shadow mode, which lets it
 /// through).
+#[cfg(feature = "tower")]
 pub(crate) const NO_POLICY: &str = "";
 
 static METADATA: Metadata<'static> =

@@ -84,7 +84,8 @@ pub enum QuotaError {
     },
     /// `burst * period / rate` exceeds [`MAX_WINDOW`].
     WindowTooLong {
-        /// The burst window that was asked for (saturated at `Duration::MAX`).
+        /// The burst window that was asked for, exact to the nanosecond (saturated at
+        /// `Duration::MAX` only beyond it, for periods near `Duration::MAX` itself).
         window: Duration,
     },
 }
@@ -121,14 +122,29 @@ impl fmt::Display for QuotaError {
             ),
             QuotaError::WindowTooLong { window } => write!(
                 f,
-                "quota burst window (burst * period / rate) of {window:?} exceeds the maximum of {MAX_WINDOW:?}: \
-                 lower the burst or shorten the period"
+                "quota burst window (burst * period / rate) of {window:?} (about {} years) exceeds \
+                 the maximum of {MAX_WINDOW:?} (about {} years): lower the burst or shorten the period",
+                years(*window),
+                years(MAX_WINDOW),
             ),
         }
     }
 }
 
 impl std::error::Error for QuotaError {}
+
+/// Whole years of 365.25 days in `d`, for messages about windows too long to read in seconds.
+fn years(d: Duration) -> u64 {
+    d.as_secs() / 31_557_600
+}
+
+/// `nanos` as a [`Duration`], exact up to `Duration::MAX` and saturated beyond it.
+fn duration_from_nanos(nanos: u128) -> Duration {
+    const PER_SEC: u128 = 1_000_000_000;
+    u64::try_from(nanos / PER_SEC).map_or(Duration::MAX, |secs| {
+        Duration::new(secs, (nanos % PER_SEC) as u32) // < 10^9: fits
+    })
+}
 
 impl Quota {
     /// `rate` tokens per `period`, with a burst equal to `rate`.
@@ -185,8 +201,7 @@ impl Quota {
     fn checked(self) -> Result<Quota, QuotaError> {
         // period <= Duration::MAX < 2^94 ns and burst < 2^32: the product fits in a u128.
         if self.window_nanos_ceil() > MAX_WINDOW.as_nanos() {
-            let window =
-                u64::try_from(self.window_nanos_ceil()).map_or(Duration::MAX, Duration::from_nanos);
+            let window = duration_from_nanos(self.window_nanos_ceil());
             return Err(QuotaError::WindowTooLong { window });
         }
         Ok(self)
@@ -327,5 +342,27 @@ mod tests {
         assert!(msg.contains("at least 1"), "{msg}");
         let msg = Quota::new(1, Duration::MAX).unwrap_err().to_string();
         assert!(msg.contains("lower the burst"), "{msg}");
+    }
+
+    #[test]
+    fn a_window_too_long_is_reported_exactly() {
+        // 2^32 - 1 hours: more nanoseconds than a u64 holds, still a Duration.
+        let err = Quota::per_hour(1)
+            .unwrap()
+            .with_burst(u32::MAX)
+            .unwrap_err();
+        let hours = u64::from(u32::MAX);
+        assert_eq!(
+            err,
+            QuotaError::WindowTooLong {
+                window: Duration::from_secs(hours * 3600)
+            }
+        );
+        let msg = err.to_string();
+        assert!(
+            msg.contains("15461882262000s (about 489957 years)"),
+            "{msg}"
+        );
+        assert!(msg.contains("(about 146 years)"), "{msg}");
     }
 }
