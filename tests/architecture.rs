@@ -1,5 +1,5 @@
-//! The README's "Architecture" section, checked against the source: which folder may import
-//! which, and no import cycles between the files of a folder. Reads `src/` as text (std only):
+//! The architecture table (`docs/architecture.md`), checked against the source: which folder
+//! may import which, and no import cycles between the files of a folder. Reads `src/` as text (std only):
 //! every `use crate::…` / `use super::…` and every inline `crate::…` path outside comments.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -132,8 +132,8 @@ fn expand(tail: &str) -> Vec<Vec<String>> {
 
 /// Which areas each area may import, besides itself. An area is a folder (or a file at the top
 /// of `src/`); a file belongs to the most specific area that contains it, and only a folder's
-/// `mod.rs` may reach into the folders below it (to declare and re-export them). The README's
-/// "Architecture" section says the same in words.
+/// `mod.rs` may reach into the folders below it (to declare and re-export them). The table in
+/// `docs/architecture.md` says the same in words.
 const LAYERS: &[(&[&str], &[&[&str]])] = &[
     (&["clock"], &[]),
     (&["headers"], &[]),
@@ -331,4 +331,30 @@ fn no_folder_has_an_import_cycle_between_its_files() {
             panic!("import cycle: {}", names.join(" -> "));
         }
     }
+}
+
+/// The architecture table the rules are written down in.
+const ARCHITECTURE_DOC: &str = "docs/architecture.md";
+
+#[test]
+fn the_architecture_table_names_every_area() {
+    let doc = Path::new(env!("CARGO_MANIFEST_DIR")).join(ARCHITECTURE_DOC);
+    let text = std::fs::read_to_string(&doc).unwrap();
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let missing: Vec<String> = LAYERS
+        .iter()
+        .map(|(area, _)| {
+            let folder = area.join("/");
+            if src.join(&folder).is_dir() {
+                format!("src/{folder}/")
+            } else {
+                format!("src/{folder}.rs")
+            }
+        })
+        .filter(|path| !text.contains(&format!("`{path}")))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "{ARCHITECTURE_DOC} has no row for {missing:?}: add one saying what the folder owns and may import"
+    );
 }
