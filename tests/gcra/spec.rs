@@ -1,4 +1,4 @@
-//! The GCRA contract (see the `Gcra` docs and the README), as tables of requests and the decisions they must get.
+//! The GCRA contract (see the `Gcra` docs and docs/quotas.md), as tables of requests and the decisions they must get.
 
 use std::time::Duration;
 

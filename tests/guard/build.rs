@@ -2,7 +2,6 @@
 //! change; store URLs (`redis://`, `rediss://`, `redis+cluster://`) are read into a target; a
 //! guard built from a Redis URL keeps its quota in a real `redis-server` (one of its own).
 
-#[cfg(feature = "redis")]
 use flowguard::gcra::{KeyedRateLimiter, Quota};
 use flowguard::{BuildError, Guard, NoRateLimit};
 

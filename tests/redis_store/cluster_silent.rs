@@ -2,6 +2,10 @@
 //! answers nothing) is replaced by its replica after the node timeout. The store must move its
 //! keys to the promoted replica while the old master stays silent, and keys of the other masters
 //! must never be degraded (their circuits are their own).
+//!
+//! Nothing here bounds wall-clock time by a constant: the store's timeout is far above what a
+//! healthy master takes even on a loaded machine, and the recovery is judged against rounds of
+//! decisions timed by the test itself before the fault.
 #![cfg(feature = "redis")]
 
 use std::collections::HashMap;
@@ -13,13 +17,18 @@ use flowguard::gcra::redis::RedisStore;
 use flowguard::gcra::remote::{FailurePolicy, RemoteRateLimiter, RemoteStore};
 use tokio::time::Instant;
 
-/// How soon after the promotion every key must be decided by Redis again.
+/// How soon after the promotion every key must be decided by Redis again, on an idle machine: the
+/// store re-reads the slots when a call fails, and probes a failing master every 100 ms.
 const RECOVERY: Duration = Duration::from_secs(1);
+
+/// The store's timeout. A healthy master answers in well under a millisecond; a loaded test
+/// machine can stall a reply for tens. The silent master costs this once per probe interval.
+const TIMEOUT: Duration = Duration::from_millis(500);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_silent_master_is_replaced_without_degrading_other_masters() {
     // Without full coverage the other masters keep serving while the silent one's slots have no
-    // master (with it, Redis refuses every key in that window: see the README).
+    // master (with it, Redis refuses every key in that window: see docs/redis.md).
     let mut cluster = RedisCluster::start_with(&[
         "--cluster-node-timeout",
         "1000",
@@ -27,6 +36,7 @@ async fn a_silent_master_is_replaced_without_degrading_other_masters() {
         "no",
     ]);
     let store = RedisStore::cluster_builder(cluster.urls())
+        .timeout(TIMEOUT)
         .connect()
         .await
         .unwrap();
@@ -73,10 +83,22 @@ async fn a_silent_master_is_replaced_without_degrading_other_masters() {
         m
     });
     assert_eq!(per_master.len(), 3, "keys on every master: {per_master:?}");
-    for (key, _) in &keys {
-        let d = limiter.check_key(key.as_bytes()).await.unwrap();
-        assert!(d.degraded.is_none(), "{key} before the fault");
+    // A round of decisions over every key, as the loop below makes them, timed before the fault:
+    // the slowest of a few is this machine's pace now.
+    let mut round_time = Duration::ZERO;
+    for _ in 0..5 {
+        let round = Instant::now();
+        for (key, _) in &keys {
+            let d = limiter.check_key(key.as_bytes()).await.unwrap();
+            assert!(d.degraded.is_none(), "{key} before the fault");
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        round_time = round_time.max(round.elapsed());
     }
+    // A call to the silent master waits TIMEOUT before it counts as failed. On an idle machine
+    // a round takes about 30 ms, and the bound is RECOVERY + TIMEOUT; a machine
+    // that makes rounds slower gets a proportionally longer bound.
+    let recovery_bound = (RECOVERY + TIMEOUT).max(50 * round_time);
 
     let victim = cluster.index_of(victim_port);
     cluster.nodes[victim].pause();
@@ -136,8 +158,9 @@ async fn a_silent_master_is_replaced_without_degrading_other_masters() {
         "the silent master's keys were degraded before the promotion"
     );
     assert!(
-        recovery <= RECOVERY,
-        "every key from Redis {recovery:?} after the promotion (more than {RECOVERY:?})"
+        recovery <= recovery_bound,
+        "every key from Redis {recovery:?} after the promotion (more than {recovery_bound:?}, 50 \
+         rounds of {round_time:?})"
     );
     // The old master is still silent, and every key keeps being decided by Redis.
     for _ in 0..3 {

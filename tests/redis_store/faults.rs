@@ -347,7 +347,7 @@ async fn a_lazy_store_starts_while_redis_is_down_and_picks_it_up() {
     assert!(d.allowed);
 }
 
-/// During an outage, a flood of distinct keys fills the local fallback. The README promises that
+/// During an outage, a flood of distinct keys fills the local fallback. docs/redis.md promises that
 /// a key flood cannot make any key unlimited: a key the full fallback cannot track is denied
 /// (marked `LocalFallbackFull`), never allowed untracked, and tracked keys keep their share.
 #[tokio::test]
