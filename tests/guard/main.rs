@@ -12,4 +12,3 @@ mod guard_metrics;
 mod http_client;
 mod layers;
 mod quota_layer;
-mod spans;

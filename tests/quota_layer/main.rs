@@ -13,7 +13,6 @@ mod e2e;
 mod hyper_app;
 mod redis_store;
 mod service;
-mod spans;
 mod tonic_app;
 mod two_tier;
 mod typed_keys;

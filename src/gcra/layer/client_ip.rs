@@ -2,6 +2,8 @@
 //! trusted proxies reports ([`XForwardedForKey`], [`ForwardedKey`]).
 
 use std::net::{IpAddr, Ipv6Addr, SocketAddr};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use http::header::{FORWARDED, HeaderName};
 use http::{HeaderMap, Request};
@@ -36,6 +38,13 @@ fn ip_key(ip: IpAddr, v6_prefix: u8) -> RequestKey<'static> {
 ///
 /// Behind a reverse proxy the peer is the proxy: use [`XForwardedForKey`] or [`ForwardedKey`].
 ///
+/// A request that carries no peer address has no key: under the default
+/// [`MissingKey::Anonymous`](super::MissingKey::Anonymous) every such request shares one quota.
+/// That is almost always a server that was not served with its connection info (axum:
+/// `axum::serve(listener, app.into_make_service_with_connect_info::<SocketAddr>())`), so the
+/// first such request logs an error ([`NO_PEER_ADDRESS`], once per `PeerIpKey` and its clones),
+/// and the layer counts every one as keyless.
+///
 /// ```
 /// use flowguard::gcra::layer::{KeyExtractor, PeerIpKey};
 /// use std::net::SocketAddr;
@@ -45,9 +54,11 @@ fn ip_key(ip: IpAddr, v6_prefix: u8) -> RequestKey<'static> {
 /// assert_eq!(PeerIpKey::new().key(&req).unwrap().as_bytes(), [192, 0, 2, 7]);
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub struct PeerIpKey {
     v6_prefix: u8,
+    /// Whether [`NO_PEER_ADDRESS`] was logged, shared by clones.
+    warned: Arc<AtomicBool>,
 }
 
 impl PeerIpKey {
@@ -55,6 +66,7 @@ impl PeerIpKey {
     pub fn new() -> PeerIpKey {
         PeerIpKey {
             v6_prefix: DEFAULT_IPV6_PREFIX,
+            warned: Arc::default(),
         }
     }
 
@@ -63,6 +75,7 @@ impl PeerIpKey {
     pub fn ipv6_prefix(self, bits: u8) -> PeerIpKey {
         PeerIpKey {
             v6_prefix: bits.min(128),
+            ..self
         }
     }
 }
@@ -84,9 +97,20 @@ fn peer(extensions: &http::Extensions) -> Option<IpAddr> {
     extensions.get::<SocketAddr>().map(SocketAddr::ip)
 }
 
+/// The message a [`PeerIpKey`] logs (at error level, once) for the first request that carries no
+/// peer address.
+pub const NO_PEER_ADDRESS: &str = "PeerIpKey found no peer address in a request, so every such \
+     request shares one quota: serve the app with its connection info \
+     (axum: app.into_make_service_with_connect_info::<SocketAddr>(); hyper: insert the peer's \
+     SocketAddr into the request's extensions), or key requests another way";
+
 impl<B> KeyExtractor<B> for PeerIpKey {
     fn key<'r>(&self, req: &'r Request<B>) -> Option<RequestKey<'r>> {
-        peer(req.extensions()).map(|ip| ip_key(ip, self.v6_prefix))
+        let key = peer(req.extensions()).map(|ip| ip_key(ip, self.v6_prefix));
+        if key.is_none() && !self.warned.swap(true, Ordering::Relaxed) {
+            tracing::error!("{NO_PEER_ADDRESS}");
+        }
+        key
     }
 }
 

@@ -87,7 +87,7 @@ mod refusal;
 mod service;
 
 pub use builder::{BuildError, QuotaLayerBuilder};
-pub use client_ip::{ForwardedKey, PeerIpKey, XForwardedForKey};
+pub use client_ip::{ForwardedKey, NO_PEER_ADDRESS, PeerIpKey, XForwardedForKey};
 pub use future::ResponseFuture;
 pub use grpc::GrpcRefusal;
 pub use key::{GlobalKey, HeaderKey, KeyExtractor, Or, RequestKey, WithCost, WithTier};

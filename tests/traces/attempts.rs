@@ -1,5 +1,5 @@
 //! The retry engine and the tower retry layer run each attempt in a `tracing` span `attempt`
-//! with its number. In a test binary of their own, each test installing its subscriber first:
+//! with its number. Each test installs its subscriber first (see main.rs):
 //! `tracing` caches per call site whether anyone listens, and a test on another thread reaching
 //! the call site with no subscriber could cache "no one".
 

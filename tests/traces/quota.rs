@@ -1,8 +1,7 @@
 //! Quota decisions are made inside a `quota_decision` span recording the tier, the policy that
 //! decided and the outcome: the inbound layer's and `Guard::admit`'s alike, for a limit that
 //! decides at once (in memory) and for one that decides while polled (I/O). The limit here logs
-//! while it decides, and the subscriber notes which span that event is in. Alone in its test
-//! binary: `tracing` caches per call site whether anyone listens (see `guard_spans.rs`).
+//! while it decides, and the subscriber notes which span that event is in.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
