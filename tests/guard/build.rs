@@ -251,6 +251,7 @@ mod redis {
         let guard = Guard::builder()
             .quota(flowguard::gcra::Quota::per_minute(2).unwrap())
             .redis(server.url())
+            .redis_timeout(crate::support::STORE_TIMEOUT)
             .redis_prefix("guard-test:")
             .failure_policy(FailurePolicy::FailClosed)
             .build()
@@ -267,6 +268,7 @@ mod redis {
             Guard::builder()
                 .quota(quota())
                 .redis(server.url())
+                .redis_timeout(crate::support::STORE_TIMEOUT)
                 .two_tier(batch)
                 .build()
         };
@@ -288,6 +290,7 @@ mod redis {
         let server = crate::support::RedisServer::start();
         let guard = Guard::builder()
             .redis(server.url())
+            .redis_timeout(crate::support::STORE_TIMEOUT)
             .redis_prefix("bare:")
             .build()
             .await
@@ -319,6 +322,7 @@ mod redis {
         let error = Guard::builder()
             .quota(quota())
             .redis(server.url())
+            .redis_timeout(crate::support::STORE_TIMEOUT)
             .redis_timeout(std::time::Duration::ZERO)
             .build()
             .await

@@ -177,6 +177,7 @@ mod redis {
         let guard = Guard::builder()
             .quota(Quota::per_second(1).unwrap())
             .redis(server.url())
+            .redis_timeout(crate::support::STORE_TIMEOUT)
             .redis_prefix(&prefix)
             .build()
             .await
@@ -209,6 +210,7 @@ mod redis {
         let guard = Guard::builder()
             .quota(Quota::per_second(1).unwrap())
             .redis(server.url())
+            .redis_timeout(crate::support::STORE_TIMEOUT)
             .redis_prefix(unique_prefix())
             .failure_policy(FailurePolicy::FailClosed)
             .build()
@@ -240,6 +242,7 @@ mod redis {
         let two_tier = Guard::builder()
             .quota(Quota::per_second(10).unwrap())
             .redis(server.url())
+            .redis_timeout(crate::support::STORE_TIMEOUT)
             .redis_prefix(unique_prefix())
             .two_tier(2)
             .build()
@@ -251,6 +254,7 @@ mod redis {
         let guard = Guard::builder()
             .quota(Quota::per_second(10).unwrap())
             .redis(server.url())
+            .redis_timeout(crate::support::STORE_TIMEOUT)
             .redis_prefix(unique_prefix())
             .build()
             .await
@@ -292,6 +296,7 @@ mod cluster {
         let nodes: Vec<String> = cluster.nodes.iter().map(|n| n.addr()).collect();
         Guard::builder()
             .redis(format!("redis+cluster://{}", nodes.join(",")))
+            .redis_timeout(crate::support::STORE_TIMEOUT)
             .redis_prefix(prefix)
             // These tests count calls and decisions, not latency: a slow moment of a loaded
             // machine must not turn a decision into a degraded one.

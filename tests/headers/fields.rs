@@ -510,12 +510,14 @@ mod layer {
     #[cfg(feature = "redis")]
     #[tokio::test]
     async fn a_redis_store_that_is_down_advertises_no_numbers() {
-        use flowguard::gcra::redis::RedisStore;
         use flowguard::gcra::remote::{FailurePolicy, RemoteRateLimiter};
 
         for policy in [FailurePolicy::FailOpen, FailurePolicy::FailClosed] {
             let mut server = crate::support::RedisServer::start();
-            let store = RedisStore::builder(server.url()).connect().await.unwrap();
+            let store = crate::support::redis_builder(server.url())
+                .connect()
+                .await
+                .unwrap();
             let probe = ceil_secs(store.probe_interval()).as_secs().to_string();
             let limiter = Arc::new(
                 RemoteRateLimiter::builder(store, Quota::per_second(10).unwrap())

@@ -228,13 +228,12 @@ async fn missing_keys_shadow_mode_and_a_custom_429_over_the_wire() {
 #[cfg(feature = "redis")]
 #[tokio::test]
 async fn a_fail_open_decision_advertises_no_numbers() {
-    use flowguard::gcra::redis::RedisStore;
     use flowguard::gcra::remote::{FailurePolicy, RemoteRateLimiter};
     use std::sync::Arc;
 
     let mut server = crate::support::RedisServer::start();
     server.kill();
-    let store = RedisStore::builder(server.url())
+    let store = crate::support::redis_builder(server.url())
         .connect_lazy()
         .await
         .unwrap();

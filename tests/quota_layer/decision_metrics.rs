@@ -179,6 +179,7 @@ fn guard_admit_counts_a_degraded_decision() {
         let guard = Guard::builder()
             .quota(Quota::per_second(10).unwrap())
             .redis(server.url())
+            .redis_timeout(crate::support::STORE_TIMEOUT)
             .failure_policy(FailurePolicy::FailOpen)
             .build()
             .await

@@ -405,7 +405,7 @@ mod redis {
 
     /// A store on `server` deciding at the times of a clock that stands still.
     async fn still_store(server: &RedisServer, clock: &ManualClock) -> RedisStore {
-        RedisStore::builder(server.url())
+        crate::support::redis_builder(server.url())
             .explicit_time(clock.clone())
             .hash_tag_keys(true)
             .connect()
@@ -552,6 +552,7 @@ mod redis {
         let guard = Guard::builder()
             .quota(Quota::per_hour(2).unwrap())
             .redis(server.url())
+            .redis_timeout(crate::support::STORE_TIMEOUT)
             .redis_prefix("guard:")
             .failure_policy(FailurePolicy::FailClosed)
             .build()

@@ -80,7 +80,7 @@ async fn left(set: &RemoteLimitSet<RedisStore>, limit: usize, key: &[u8]) -> u32
 #[tokio::test]
 async fn a_request_denied_by_one_quota_spends_nothing_from_the_others() {
     let server = crate::support::RedisServer::start();
-    let store = RedisStore::builder(server.url())
+    let store = crate::support::redis_builder(server.url())
         .hash_tag_keys(true)
         .connect()
         .await
@@ -137,7 +137,7 @@ async fn two_instances_under_contention_admit_exactly_the_global_burst() {
     let mut services = Vec::new();
     let mut set = None;
     for _ in 0..2 {
-        let store = RedisStore::builder(server.url())
+        let store = crate::support::redis_builder(server.url())
             .hash_tag_keys(true)
             .connect()
             .await
@@ -179,7 +179,7 @@ async fn two_instances_under_contention_admit_exactly_the_global_burst() {
 #[tokio::test]
 async fn a_failed_store_is_answered_by_the_failure_policy_without_made_up_numbers() {
     let mut server = crate::support::RedisServer::start();
-    let store = RedisStore::builder(server.url())
+    let store = crate::support::redis_builder(server.url())
         .hash_tag_keys(true)
         .timeout(std::time::Duration::from_millis(200))
         .connect()

@@ -620,12 +620,14 @@ async fn a_closure_keys_requests_against_a_dyn_store() {
 #[cfg(feature = "redis")]
 #[tokio::test]
 async fn a_misconfigured_store_answers_500_without_retry_after() {
-    use flowguard::gcra::redis::RedisStore;
     use flowguard::gcra::remote::RemoteRateLimiter;
 
     let server = crate::support::RedisServer::start();
     server.cli(&["RPUSH", "flowguard:=alice", "not-a-tat"]);
-    let store = RedisStore::builder(server.url()).connect().await.unwrap();
+    let store = crate::support::redis_builder(server.url())
+        .connect()
+        .await
+        .unwrap();
     let store = Arc::new(
         RemoteRateLimiter::builder(store, Quota::per_second(2).unwrap())
             .build()

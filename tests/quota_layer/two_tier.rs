@@ -12,7 +12,6 @@ use crate::support::RedisServer;
 use flowguard::Guard;
 use flowguard::clock::ManualClock;
 use flowguard::gcra::layer::{HeaderKey, Policy, QuotaLayer};
-use flowguard::gcra::redis::RedisStore;
 use flowguard::gcra::remote::{FailurePolicy, RemoteRateLimiter};
 use flowguard::gcra::two_tier::TwoTierLimiter;
 use flowguard::gcra::{ConfigError, KeyedLimit, LimitSpec, Quota, SeparateLimits};
@@ -76,7 +75,7 @@ fn passes_then_denied(statuses: &[StatusCode], allowed: usize) {
 async fn a_two_tier_store_built_with_the_layer_reserves_a_batch_per_script_call() {
     let server = RedisServer::start();
     let clock = ManualClock::new();
-    let store = RedisStore::builder(server.url())
+    let store = crate::support::redis_builder(server.url())
         .explicit_time(clock.clone())
         .connect()
         .await
@@ -159,6 +158,7 @@ async fn a_guards_two_tier_quota_behind_its_inbound_layer() {
     let guard = Guard::builder()
         .quota(fifty_a_day())
         .redis(server.url())
+        .redis_timeout(crate::support::STORE_TIMEOUT)
         .redis_prefix("guard:")
         .two_tier(BATCH)
         .build()

@@ -3,7 +3,7 @@
 #![cfg(feature = "redis")]
 
 use crate::support::RedisServer;
-use flowguard::gcra::redis::{ConnectError, RedisStore};
+use flowguard::gcra::redis::ConnectError;
 use flowguard::gcra::remote::{Rejection, RemoteRateLimiter, StoreError};
 use flowguard::gcra::{CheckError, Quota};
 
@@ -33,7 +33,7 @@ fn url(server: &RedisServer, user: &str, password: &str) -> String {
 async fn a_user_with_only_the_needed_commands_works() {
     let server = RedisServer::start();
     create_user(&server, "limiter", &NEEDED);
-    let store = RedisStore::builder(url(&server, "limiter", "s3cret"))
+    let store = crate::support::redis_builder(url(&server, "limiter", "s3cret"))
         .connect()
         .await
         .unwrap();
@@ -58,7 +58,7 @@ async fn every_needed_command_is_needed() {
         create_user(&server, &name, &granted);
         // Start from an empty script cache, as after a restart.
         assert_eq!(server.cli(&["script", "flush"]), "OK");
-        let store = RedisStore::builder(url(&server, &name, "s3cret"))
+        let store = crate::support::redis_builder(url(&server, &name, "s3cret"))
             .connect()
             .await
             .unwrap();
@@ -82,7 +82,7 @@ async fn every_needed_command_is_needed() {
     }
     // Keys outside the user's pattern are refused too.
     create_user(&server, "other-keys", &NEEDED);
-    let store = RedisStore::builder(url(&server, "other-keys", "s3cret"))
+    let store = crate::support::redis_builder(url(&server, "other-keys", "s3cret"))
         .prefix("elsewhere:")
         .connect()
         .await
@@ -102,14 +102,14 @@ async fn every_needed_command_is_needed() {
 async fn a_wrong_password_is_a_clear_error() {
     let server = RedisServer::start();
     create_user(&server, "limiter", &NEEDED);
-    let err = RedisStore::builder(url(&server, "limiter", "wrong"))
+    let err = crate::support::redis_builder(url(&server, "limiter", "wrong"))
         .connect()
         .await
         .unwrap_err();
     assert!(matches!(err, ConnectError::AuthFailed { .. }), "{err:?}");
     let msg = err.to_string();
     assert!(msg.contains("check the user name and password"), "{msg}");
-    let err = RedisStore::builder(url(&server, "nobody", "s3cret"))
+    let err = crate::support::redis_builder(url(&server, "nobody", "s3cret"))
         .connect()
         .await
         .unwrap_err();
@@ -119,7 +119,7 @@ async fn a_wrong_password_is_a_clear_error() {
 #[tokio::test]
 async fn requirepass_auth_works_and_a_missing_password_is_a_clear_error() {
     let server = RedisServer::start_with(&["--requirepass", "pw"]);
-    let store = RedisStore::builder(format!("redis://:pw@127.0.0.1:{}", server.port))
+    let store = crate::support::redis_builder(format!("redis://:pw@127.0.0.1:{}", server.port))
         .connect()
         .await
         .unwrap();
@@ -131,7 +131,7 @@ async fn requirepass_auth_works_and_a_missing_password_is_a_clear_error() {
         format!("redis://:nope@127.0.0.1:{}", server.port),
         server.url(),
     ] {
-        let err = RedisStore::builder(&url)
+        let err = crate::support::redis_builder(&url)
             .connect()
             .await
             .map(|_| ())

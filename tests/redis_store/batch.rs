@@ -34,7 +34,7 @@ async fn warm_limiter(
     url: String,
     max_batch: usize,
 ) -> (RedisStore, RemoteRateLimiter<RedisStore>, u64) {
-    let store = RedisStore::builder(url)
+    let store = crate::support::redis_builder(url)
         .prefix("fg:")
         .timeout(Duration::from_secs(5))
         .max_batch(max_batch)
@@ -169,7 +169,7 @@ async fn a_call_of_more_keys_than_one_mget_reads_decides_each_in_order() {
 #[tokio::test(flavor = "current_thread")]
 async fn coalesced_decisions_keep_the_server_clock_and_their_ttl() {
     let mut server = RedisServer::start();
-    let store = RedisStore::builder(server.url())
+    let store = crate::support::redis_builder(server.url())
         .prefix("ttl:")
         .timeout(Duration::from_secs(5))
         .connect()
@@ -208,7 +208,7 @@ async fn coalesced_decisions_keep_the_server_clock_and_their_ttl() {
 #[tokio::test]
 async fn max_batch_of_zero_is_a_typed_error_and_one_turns_coalescing_off() {
     let server = RedisServer::start();
-    let zero = RedisStore::builder(server.url())
+    let zero = crate::support::redis_builder(server.url())
         .max_batch(0)
         .connect()
         .await;
@@ -218,7 +218,7 @@ async fn max_batch_of_zero_is_a_typed_error_and_one_turns_coalescing_off() {
             ConfigError::ZeroMaxBatch
         ))
     ));
-    let one = RedisStore::builder(server.url())
+    let one = crate::support::redis_builder(server.url())
         .max_batch(1)
         .connect()
         .await
@@ -246,7 +246,7 @@ async fn quotas(
     server: &RedisServer,
     clock: &ManualClock,
 ) -> (RedisStore, [RemoteRateLimiter<RedisStore>; 3]) {
-    let store = RedisStore::builder(server.url())
+    let store = crate::support::redis_builder(server.url())
         .hash_tag_keys(true)
         .prefix("s:")
         .explicit_time(clock.clone())
@@ -431,7 +431,7 @@ async fn a_denied_group_spends_nothing_under_contention() {
     let server = RedisServer::start();
     let mut instances = Vec::new();
     for _ in 0..2 {
-        let store = RedisStore::builder(server.url())
+        let store = crate::support::redis_builder(server.url())
             .prefix("wide:")
             .timeout(Duration::from_secs(5))
             .connect()
@@ -498,7 +498,7 @@ async fn a_denied_group_spends_nothing_under_contention() {
 #[tokio::test]
 async fn with_the_store_down_each_quota_answers_by_its_policy_all_or_nothing() {
     let mut server = RedisServer::start();
-    let store = RedisStore::builder(server.url())
+    let store = crate::support::redis_builder(server.url())
         .timeout(Duration::from_millis(200))
         .connect()
         .await

@@ -16,7 +16,7 @@ use flowguard::gcra::{Decision, Quota};
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn keys_spread_over_slots_and_survive_a_failover() {
     let cluster = RedisCluster::start();
-    let store = RedisStore::cluster_builder(cluster.urls())
+    let store = crate::support::cluster_builder(cluster.urls())
         // Failover rounds (redirects, slot refresh) take a few round trips.
         .timeout(Duration::from_millis(500))
         .connect()
@@ -145,7 +145,7 @@ fn owner(cluster: &RedisCluster, slot: u16) -> usize {
 }
 
 async fn store_and_limiter(cluster: &RedisCluster) -> (RedisStore, RemoteRateLimiter<RedisStore>) {
-    let store = RedisStore::cluster_builder(cluster.urls())
+    let store = crate::support::cluster_builder(cluster.urls())
         .timeout(Duration::from_secs(5))
         .connect()
         .await
@@ -300,7 +300,7 @@ async fn a_key_whose_slot_moved_is_decided_alone_once() {
 async fn tagged_quotas_of_one_identity_are_decided_together() {
     let cluster = RedisCluster::start();
     for tagged in [true, false] {
-        let store = RedisStore::cluster_builder(cluster.urls())
+        let store = crate::support::cluster_builder(cluster.urls())
             .hash_tag_keys(tagged)
             .prefix("sec:")
             .timeout(Duration::from_secs(5))

@@ -57,7 +57,7 @@ async fn explicit(
     prefix: &str,
     clock: &ManualClock,
 ) -> RemoteRateLimiter<RedisStore> {
-    let store = RedisStore::builder(server.url())
+    let store = crate::support::redis_builder(server.url())
         .prefix(prefix)
         .timeout(Duration::from_secs(5))
         .explicit_time(clock.clone())
@@ -303,7 +303,7 @@ fn coalesced_decisions_equal_calls_of_their_own() {
             let case_no = cases.fetch_add(1, Ordering::Relaxed);
             let (quota, clock, memory) = reference(interval_us, rate, burst);
             let store = rt.block_on(
-                RedisStore::builder(url.clone())
+                crate::support::redis_builder(url.clone())
                     .prefix(format!("coalesced{case_no}:"))
                     .timeout(Duration::from_secs(5))
                     .explicit_time(clock.clone())

@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use crate::support::RedisServer;
-use flowguard::gcra::redis::{RESOLUTION, RedisStore};
+use flowguard::gcra::redis::RESOLUTION;
 use flowguard::gcra::remote::RemoteStore;
 use flowguard::gcra::{CheckError, Gcra, Quota};
 
@@ -31,7 +31,7 @@ async fn many_instances_share_one_quota() {
     for _ in 0..STORES {
         // Each store is its own instance: its own connection. A generous timeout: this test is about
         // the bound, not latency on a shared 2-core machine.
-        let store = RedisStore::builder(server.url())
+        let store = crate::support::redis_builder(server.url())
             .timeout(Duration::from_secs(2))
             .connect()
             .await

@@ -42,7 +42,7 @@ async fn limiter(
     prefix: &str,
     clock: Option<&ManualClock>,
 ) -> RemoteRateLimiter<RedisStore> {
-    let builder = RedisStore::builder(server.url())
+    let builder = crate::support::redis_builder(server.url())
         .prefix(prefix)
         .timeout(Duration::from_secs(5));
     let builder = match clock {
@@ -187,7 +187,7 @@ async fn server_time_bounds_a_hostile_state_by_one_window_too() {
 async fn a_fraction_of_another_quota_is_rounded_up() {
     let server = RedisServer::start();
     let clock = ManualClock::new();
-    let store = RedisStore::builder(server.url())
+    let store = crate::support::redis_builder(server.url())
         .prefix("den:")
         .explicit_time(clock.clone())
         .connect()

@@ -9,14 +9,16 @@ use std::time::Duration;
 
 use crate::support::{FreezingProxy, RedisServer};
 use flowguard::gcra::Quota;
-use flowguard::gcra::redis::RedisStore;
 use flowguard::gcra::remote::{FailurePolicy, RemoteRateLimiter};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_connection_failing_while_the_server_answers_is_rebuilt() {
     let server = RedisServer::start();
     let proxy = FreezingProxy::start(server.port);
-    let store = RedisStore::builder(proxy.url()).connect().await.unwrap();
+    let store = crate::support::redis_builder(proxy.url())
+        .connect()
+        .await
+        .unwrap();
     let limiter = RemoteRateLimiter::builder(store, Quota::per_second(1_000_000).unwrap())
         .failure_policy(FailurePolicy::FailClosed)
         .build()

@@ -14,7 +14,7 @@ async fn explicit(
     quota: Quota,
     clock: &ManualClock,
 ) -> RemoteRateLimiter<RedisStore> {
-    let store = RedisStore::builder(server.url())
+    let store = crate::support::redis_builder(server.url())
         .explicit_time(clock.clone())
         .connect()
         .await
@@ -152,7 +152,7 @@ async fn peeks_and_denials_change_nothing() {
 #[tokio::test]
 async fn server_time_keys_carry_the_tat_and_expire() {
     let server = RedisServer::start();
-    let store = RedisStore::builder(server.url())
+    let store = crate::support::redis_builder(server.url())
         .prefix("t:")
         .connect()
         .await
@@ -237,7 +237,10 @@ async fn a_key_holding_something_else_is_a_typed_error() {
 #[tokio::test]
 async fn bad_configuration_is_a_typed_error() {
     let server = RedisServer::start();
-    let store = RedisStore::builder(server.url()).connect().await.unwrap();
+    let store = crate::support::redis_builder(server.url())
+        .connect()
+        .await
+        .unwrap();
     // ~114 years: beyond what the script keeps exact.
     let too_long = Quota::per_hour(1).unwrap().with_burst(1_000_000).unwrap();
     assert!(matches!(
@@ -250,7 +253,7 @@ async fn bad_configuration_is_a_typed_error() {
             .build()
             .is_ok()
     );
-    let err = RedisStore::builder(server.url())
+    let err = crate::support::redis_builder(server.url())
         .timeout(Duration::ZERO)
         .connect()
         .await
@@ -266,7 +269,7 @@ async fn bad_configuration_is_a_typed_error() {
         .build()
         .unwrap_err();
     assert!(matches!(err, ConfigError::LocalQuota { .. }), "{err:?}");
-    let err = RedisStore::builder(server.url())
+    let err = crate::support::redis_builder(server.url())
         .prefix("a{b")
         .connect()
         .await
@@ -275,7 +278,7 @@ async fn bad_configuration_is_a_typed_error() {
         err,
         ConnectError::Config(ConfigError::InvalidPrefix { .. })
     ));
-    let err = RedisStore::builder("not a url")
+    let err = crate::support::redis_builder("not a url")
         .connect()
         .await
         .unwrap_err();
@@ -286,14 +289,17 @@ async fn bad_configuration_is_a_typed_error() {
     let mut dead = RedisServer::start();
     let url = dead.url();
     dead.kill();
-    let err = RedisStore::builder(&url).connect().await.unwrap_err();
+    let err = crate::support::redis_builder(&url)
+        .connect()
+        .await
+        .unwrap_err();
     assert!(matches!(err, ConnectError::Unreachable { .. }), "{err:?}");
 }
 
 #[cfg(not(feature = "redis-tls"))]
 #[tokio::test]
 async fn tls_urls_need_the_feature() {
-    let err = RedisStore::builder("rediss://127.0.0.1:6380")
+    let err = crate::support::redis_builder("rediss://127.0.0.1:6380")
         .connect()
         .await
         .unwrap_err();

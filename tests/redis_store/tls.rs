@@ -3,7 +3,6 @@
 
 use crate::support::RedisServer;
 use flowguard::gcra::Quota;
-use flowguard::gcra::redis::RedisStore;
 use flowguard::gcra::remote::RemoteRateLimiter;
 
 #[tokio::test]
@@ -12,7 +11,7 @@ async fn rediss_urls_speak_tls() {
     // The certificate is self-signed for this test; `#insecure` skips verifying it. In production
     // the server's certificate is verified against the system's trust store.
     let url = format!("rediss://127.0.0.1:{}/#insecure", server.port);
-    let store = RedisStore::builder(&url).connect().await.unwrap();
+    let store = crate::support::redis_builder(&url).connect().await.unwrap();
     let limiter = RemoteRateLimiter::builder(store, Quota::per_second(10).unwrap())
         .build()
         .unwrap();
@@ -24,7 +23,7 @@ async fn rediss_urls_speak_tls() {
     // The same server refuses plaintext: a redis:// URL does not get a working store.
     let plain = format!("redis://127.0.0.1:{}", server.port);
     assert!(
-        RedisStore::builder(plain)
+        crate::support::redis_builder(plain)
             .connect_timeout(std::time::Duration::from_millis(500))
             .connect()
             .await

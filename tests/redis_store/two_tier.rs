@@ -20,7 +20,7 @@ async fn pod(
     max_token_age: Option<Duration>,
 ) -> Arc<TwoTierLimiter<RemoteRateLimiter<RedisStore>>> {
     // A generous timeout: these tests are about accuracy and load, not latency on a busy machine.
-    let store = RedisStore::builder(server.url())
+    let store = crate::support::redis_builder(server.url())
         .timeout(Duration::from_secs(2))
         .connect()
         .await

@@ -19,6 +19,37 @@ use std::time::{Duration, Instant};
 /// Ports handed out in this process, so parallel tests never share one.
 static TAKEN: Mutex<Option<HashSet<u16>>> = Mutex::new(None);
 
+/// The store timeouts of tests that are not about timeouts: far above what a healthy server takes
+/// even on a loaded machine (the library's defaults, 50 ms a call and 250 ms a node connection,
+/// are for production, and a test machine running other work can stall longer than that).
+pub const STORE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// A standalone store's builder with [`STORE_TIMEOUT`] for calls and connections.
+#[cfg(feature = "redis")]
+pub fn redis_builder(url: impl Into<String>) -> flowguard::gcra::redis::RedisStoreBuilder {
+    patient(flowguard::gcra::redis::RedisStore::builder(url))
+}
+
+/// A cluster store's builder with [`STORE_TIMEOUT`] for calls and connections.
+#[cfg(feature = "redis")]
+pub fn cluster_builder<I, S>(urls: I) -> flowguard::gcra::redis::RedisStoreBuilder
+where
+    I: IntoIterator<Item = S>,
+    S: Into<String>,
+{
+    patient(flowguard::gcra::redis::RedisStore::cluster_builder(urls))
+}
+
+#[cfg(feature = "redis")]
+fn patient(
+    builder: flowguard::gcra::redis::RedisStoreBuilder,
+) -> flowguard::gcra::redis::RedisStoreBuilder {
+    builder
+        .timeout(STORE_TIMEOUT)
+        .connect_timeout(STORE_TIMEOUT)
+        .node_connect_timeout(STORE_TIMEOUT)
+}
+
 /// How long a server may take to accept connections.
 const READY_WITHIN: Duration = Duration::from_secs(10);
 
