@@ -13,6 +13,7 @@ mod batch;
 mod cluster;
 mod cluster_chaos;
 mod cluster_silent;
+mod cold_start;
 mod degraded_numbers;
 mod differential;
 mod faults;

@@ -236,6 +236,21 @@ impl RedisServer {
             .sum()
     }
 
+    /// How many times the server ran `command` (as `INFO commandstats` names it: `eval`,
+    /// `evalsha`, `script|load`), and how many of those failed.
+    pub fn command_calls(&self, command: &str) -> (u64, u64) {
+        let field = |line: &str, name: &str| -> u64 {
+            line.split(',')
+                .find_map(|f| f.rsplit_once(name)?.1.parse().ok())
+                .unwrap_or(0)
+        };
+        let prefix = format!("cmdstat_{command}:");
+        self.cli(&["INFO", "commandstats"])
+            .lines()
+            .find(|l| l.starts_with(&prefix))
+            .map_or((0, 0), |l| (field(l, "calls="), field(l, "failed_calls=")))
+    }
+
     /// The last lines of the server's log.
     pub fn log_tail(&self) -> String {
         let log = std::fs::read_to_string(self.dir.join("redis.log")).unwrap_or_default();

@@ -107,6 +107,39 @@ impl Connection {
         Ok(Connection::with(seeds, cluster, timeouts, live, map))
     }
 
+    /// Loads `sources` into the script cache of every node (`SCRIPT LOAD`, which a cluster client
+    /// sends to every node, replicas included), so that the first calls on a server that never
+    /// ran them (new, restarted, flushed) do not each pay a `NOSCRIPT` round trip and an `EVAL`
+    /// of the source within their call timeout. It uses a connection of its own, whose replies
+    /// may take the connect timeout (a loaded server or client answers the first calls slowly),
+    /// and the whole of it is bounded by the connect timeout. Best effort: a user without the
+    /// `SCRIPT` permission, or a server that does not answer in time, leaves the `NOSCRIPT`
+    /// fallback to load them. Returns whether every node loaded every source.
+    pub(crate) async fn load_scripts(&self, sources: &[&str]) -> bool {
+        let shared = &*self.shared;
+        let patient = Timeouts {
+            call: shared.timeouts.connect,
+            ..shared.timeouts
+        };
+        let loading = async {
+            let live = build(shared.cluster, &shared.seeds, patient).await?;
+            for source in sources {
+                let mut load = ::redis::cmd("SCRIPT");
+                load.arg("LOAD").arg(*source);
+                match live.clone() {
+                    Live::Standalone(mut c) => load.query_async::<::redis::Value>(&mut c).await?,
+                    Live::Cluster(mut c) => load.query_async::<::redis::Value>(&mut c).await?,
+                };
+            }
+            Ok::<(), RedisError>(())
+        };
+        let loaded = tokio::time::timeout(shared.timeouts.connect, loading).await;
+        if let Ok(Err(e)) = &loaded {
+            tracing::debug!(error = %e, "scripts not loaded ahead; NOSCRIPT will load them");
+        }
+        matches!(loaded, Ok(Ok(())))
+    }
+
     /// A connection that is established on first use: configuration errors are reported now,
     /// an unreachable server or refused credentials by the first checks.
     pub(crate) fn open_lazy(

@@ -271,10 +271,16 @@ impl RedisStoreBuilder {
     /// Validates the configuration and connects. Fails with a typed error on a bad configuration
     /// ([`ConnectError::Config`]), refused credentials ([`ConnectError::AuthFailed`]), or an
     /// unreachable server.
+    ///
+    /// It also loads the scripts into every node's script cache, within the connect timeout, so
+    /// the first decisions of a newly started service are made by Redis, not answered by the
+    /// failure policy because their call timeout ran out while the server compiled the script.
     pub async fn connect(self) -> Result<RedisStore, ConnectError> {
         let keys = self.validate()?;
         let conn = Connection::open(&self.target, self.timeouts()).await?;
-        Ok(self.with_connection(keys, conn))
+        let store = self.with_connection(keys, conn);
+        store.load_scripts().await;
+        Ok(store)
     }
 
     /// Validates the configuration and returns at once; the connection is established in the
@@ -287,6 +293,8 @@ impl RedisStoreBuilder {
         let store = self.with_connection(keys, conn);
         // A lazy cluster store groups its circuits by master once it can read the slot map.
         store.inner.conn.read_map_soon(&store.inner.groups);
+        let loading = store.clone();
+        tokio::spawn(async move { loading.load_scripts().await });
         Ok(store)
     }
 
@@ -339,6 +347,16 @@ impl RedisStoreBuilder {
 }
 
 impl RedisStore {
+    /// Loads the scripts every call may run into every node's script cache (best effort,
+    /// within the connect timeout; see `Connection::load_scripts`).
+    async fn load_scripts(&self) -> bool {
+        let sources = [
+            super::script::SOURCE,
+            super::script::CROSS_SLOT_SOURCE.as_str(),
+        ];
+        self.inner.conn.load_scripts(&sources).await
+    }
+
     /// Starts configuring a store on one Redis server, e.g. `redis://user:pass@127.0.0.1:6379/0`.
     pub fn builder(url: impl Into<String>) -> RedisStoreBuilder {
         RedisStoreBuilder::new(Target::Standalone(url.into()))
@@ -682,6 +700,12 @@ impl RemoteStore for RedisStore {
 
     fn recovered(&self) {
         self.inner.conn.recovered();
+        // The server may be a new one (a restart, a failover to a replica that never ran the
+        // scripts): load them ahead of the next decisions.
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            let loading = self.clone();
+            runtime.spawn(async move { loading.load_scripts().await });
+        }
     }
 
     fn explicit_clock(&self) -> Option<Arc<dyn Clock>> {
