@@ -125,6 +125,17 @@ pub enum ConfigError {
         /// The longest window the store supports.
         max: Duration,
     },
+    /// Two limiters of different rules over one store key space: they would keep one state per
+    /// key for both quotas and spend each other's tokens. Give each quota a prefix of its own
+    /// (for Redis: [`RedisStore::with_prefix`](crate::gcra::redis::RedisStore::with_prefix)).
+    KeySpaceShared {
+        /// The key space, as the store names it (for Redis: the prefix).
+        key_space: String,
+        /// The quota of the limiters that hold it.
+        held_by: Box<super::Quota>,
+        /// The quota of the limiter that was refused.
+        refused: Box<super::Quota>,
+    },
     /// A store URL that cannot be parsed. Use `redis://[user:password@]host:port[/db]` (or
     /// `rediss://` for TLS).
     InvalidUrl {
@@ -189,6 +200,17 @@ impl fmt::Display for ConfigError {
                 f,
                 "quota burst window {window:?} exceeds the store's maximum of {max:?} \
                  (timestamps must stay exact in Lua's doubles): lower the burst or shorten the period"
+            ),
+            ConfigError::KeySpaceShared {
+                key_space,
+                held_by,
+                refused,
+            } => write!(
+                f,
+                "the store's key space {key_space} already holds the state of limiters of \
+                 another quota ({held_by:?}); a limiter of {refused:?} over it would spend the \
+                 same keys: give each quota a prefix of its own (RedisStore::with_prefix, e.g. \
+                 \"api:hour:\")"
             ),
             ConfigError::InvalidUrl { reason } => write!(
                 f,

@@ -337,8 +337,10 @@ impl Backend {
                     }
                     Arc::new(raw)
                 } else {
+                    // Every key names its descriptor, so quotas on one prefix never meet.
                     let limiter = RemoteRateLimiter::builder(store.clone(), quota)
                         .failure_policy(*policy)
+                        .namespaced_keys()
                         .build()
                         .map_err(|e| e.to_string())?;
                     if two_tier_batch.is_none() {

@@ -29,10 +29,14 @@ async fn keys_spread_over_slots_and_survive_a_failover() {
 
     // Many keys, hence many slots on all three masters; a user key with braces is digested, not pinned.
     // Keys live 18 s (cost 3 of 10 per minute), long enough to be counted on each master.
-    let slow = RemoteRateLimiter::builder(store, Quota::per_minute(10).unwrap())
-        .failure_policy(FailurePolicy::FailClosed)
-        .build()
-        .unwrap();
+    // Another quota: a prefix of its own (one prefix holds the state of one quota).
+    let slow = RemoteRateLimiter::builder(
+        store.with_prefix("slow:").unwrap(),
+        Quota::per_minute(10).unwrap(),
+    )
+    .failure_policy(FailurePolicy::FailClosed)
+    .build()
+    .unwrap();
     for i in 0..300 {
         let d = slow
             .check_key_n(format!("user-{i}").as_bytes(), 3)

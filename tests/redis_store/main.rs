@@ -19,6 +19,7 @@ mod differential;
 mod faults;
 mod global_bound;
 mod hostile_state;
+mod key_space;
 mod rebuild;
 mod remote;
 mod script_paths;

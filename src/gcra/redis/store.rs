@@ -1,7 +1,9 @@
 //! [`RedisStore`]: GCRA state shared by every instance through Redis or Redis Cluster.
 
-use std::sync::Arc;
+use std::any::Any;
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use ::redis::{ErrorKind, RedisError, RedisResult, ServerErrorKind};
@@ -18,8 +20,8 @@ use super::script::{
 use super::slot::slot;
 use crate::clock::Clock;
 use crate::gcra::remote::{
-    Circuit, DecideAllError, Rejection, RemoteStore, StoreDecision, StoreError, StoreItem,
-    Unavailable,
+    Circuit, DecideAllError, KeySpaceClaim, Rejection, RemoteStore, StoreDecision, StoreError,
+    StoreItem, Unavailable,
 };
 use crate::gcra::{CheckError, ConfigError, Gcra, Quota};
 
@@ -127,6 +129,16 @@ struct Inner {
     max_batch: usize,
     /// Script calls sent (`EVALSHA` and `EVAL`).
     calls: AtomicU64,
+    /// The key spaces (prefix, hash tags) limiters hold on this connection, with the rule they
+    /// decide by and a token their limiters keep alive.
+    claims: parking_lot::Mutex<HashMap<(Vec<u8>, bool), Claimed>>,
+}
+
+/// A key space held by the limiters of one quota: alive while any of them holds the token.
+struct Claimed {
+    rule: Gcra,
+    quota: Quota,
+    token: Weak<dyn Any + Send + Sync>,
 }
 
 /// Configures and connects a [`RedisStore`]: [`RedisStore::builder`] (one server) or
@@ -340,6 +352,7 @@ impl RedisStoreBuilder {
                 lanes,
                 max_batch: self.max_batch,
                 calls: AtomicU64::new(0),
+                claims: parking_lot::Mutex::default(),
             }),
             keys: Arc::new(keys),
         }
@@ -696,6 +709,35 @@ impl RemoteStore for RedisStore {
     /// A probe failed again: check beside the connection whether it is what fails, and rebuild it.
     fn probe_failed(&self, key: &Vec<u8>) {
         self.inner.conn.check_after_failure(&self.inner.groups, key);
+    }
+
+    /// Holds this store's prefix (with its hash-tag setting) on its connection for `quota`'s
+    /// rule; a quota of another rule is [`ConfigError::KeySpaceShared`] while a limiter holds
+    /// it. Stores connected separately (other instances) are not seen: they share keys by design.
+    fn claim(&self, quota: &Quota) -> Result<KeySpaceClaim, ConfigError> {
+        let rule = self.rule(quota)?;
+        let space = (self.keys.prefix().to_vec(), self.keys.hash_tags());
+        let mut claims = self.inner.claims.lock();
+        if let Some(held) = claims.get(&space)
+            && let Some(token) = held.token.upgrade()
+        {
+            if held.rule == rule {
+                return Ok(KeySpaceClaim::held_by(token));
+            }
+            return Err(ConfigError::KeySpaceShared {
+                key_space: format!("{:?}", String::from_utf8_lossy(&space.0)),
+                held_by: Box::new(held.quota),
+                refused: Box::new(*quota),
+            });
+        }
+        let token: Arc<dyn Any + Send + Sync> = Arc::new(());
+        let claimed = Claimed {
+            rule,
+            quota: *quota,
+            token: Arc::downgrade(&token),
+        };
+        claims.insert(space, claimed);
+        Ok(KeySpaceClaim::held_by(token))
     }
 
     fn recovered(&self) {

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use super::circuit::Gate;
 use super::outage_log::OutageLog;
 use super::policy::FailurePolicy;
-use super::store::RemoteStore;
+use super::store::{KeySpaceClaim, RemoteStore};
 use crate::clock::{Clock, MonotonicClock};
 use crate::gcra::check::{CheckError, CheckFuture, KeyedLimit, StoreError, Unavailable};
 use crate::gcra::{
@@ -55,6 +55,8 @@ struct Inner<S> {
     policy: FailurePolicy,
     fallback: Option<LocalLimiter>,
     log: OutageLog,
+    /// The store's key space, held for this limiter's quota while it lives.
+    _claim: KeySpaceClaim,
 }
 
 /// The in-memory limiter of [`FailurePolicy::LocalFallback`], keyed by the user's key.
@@ -68,12 +70,23 @@ pub struct RemoteRateLimiterBuilder<S> {
     quota: Quota,
     policy: FailurePolicy,
     local_max_keys: usize,
+    namespaced_keys: bool,
 }
 
 impl<S: RemoteStore> RemoteRateLimiterBuilder<S> {
     /// What the limiter answers when the store does not (default [`FailurePolicy::FailOpen`]).
     pub fn failure_policy(mut self, policy: FailurePolicy) -> Self {
         self.policy = policy;
+        self
+    }
+
+    /// Declares that every key this limiter is asked about names its quota already (for
+    /// example, keys built as `"{limit}:{client}"`), so limiters of other quotas over the same
+    /// store prefix never meet its keys. The store then does not hold its key space for this
+    /// quota ([`RemoteStore::claim`]), and [`build`](Self::build) does not refuse a prefix that
+    /// limiters of another quota use. Without it, give each quota a prefix of its own.
+    pub fn namespaced_keys(mut self) -> Self {
+        self.namespaced_keys = true;
         self
     }
 
@@ -97,6 +110,7 @@ impl<S: RemoteStore> RemoteRateLimiterBuilder<S> {
             quota,
             policy,
             local_max_keys,
+            namespaced_keys,
         } = self;
         policy.validate()?;
         let rule = store.rule(&quota)?;
@@ -117,6 +131,11 @@ impl<S: RemoteStore> RemoteRateLimiterBuilder<S> {
             }
             _ => None,
         };
+        let claim = if namespaced_keys {
+            KeySpaceClaim::none()
+        } else {
+            store.claim(&quota)?
+        };
         let log = OutageLog::new(store.topology());
         Ok(RemoteRateLimiter {
             inner: Arc::new(Inner {
@@ -126,6 +145,7 @@ impl<S: RemoteStore> RemoteRateLimiterBuilder<S> {
                 policy,
                 fallback,
                 log,
+                _claim: claim,
             }),
         })
     }
@@ -138,6 +158,7 @@ impl<S: RemoteStore> RemoteRateLimiter<S> {
             store,
             quota,
             policy: FailurePolicy::default(),
+            namespaced_keys: false,
             local_max_keys: DEFAULT_MAX_KEYS,
         }
     }

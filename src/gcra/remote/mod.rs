@@ -34,4 +34,4 @@ pub use limit_set::RemoteLimitSet;
 pub use limiter::{RemoteRateLimiter, RemoteRateLimiterBuilder};
 pub use outage_log::DEGRADED_METRIC;
 pub use policy::FailurePolicy;
-pub use store::{DecideAllError, RemoteStore, StoreDecision, StoreItem};
+pub use store::{DecideAllError, KeySpaceClaim, RemoteStore, StoreDecision, StoreItem};

@@ -29,6 +29,34 @@ impl StoreDecision {
     }
 }
 
+/// A store's key space held for the limiters of one rule ([`RemoteStore::claim`]); released
+/// when the last limiter holding it is dropped.
+#[derive(Clone)]
+pub struct KeySpaceClaim(Option<Arc<dyn std::any::Any + Send + Sync>>);
+
+impl KeySpaceClaim {
+    /// A claim of nothing: the store does not check how its key space is shared.
+    pub fn none() -> KeySpaceClaim {
+        KeySpaceClaim(None)
+    }
+
+    /// A claim held by `token`: the store sees the key space as claimed while the token lives
+    /// (keep a `Weak` of it).
+    pub fn held_by(token: Arc<dyn std::any::Any + Send + Sync>) -> KeySpaceClaim {
+        KeySpaceClaim(Some(token))
+    }
+}
+
+impl fmt::Debug for KeySpaceClaim {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(if self.0.is_some() {
+            "KeySpaceClaim(held)"
+        } else {
+            "KeySpaceClaim(none)"
+        })
+    }
+}
+
 /// One request of an all-or-nothing [`RemoteStore::decide_all`]: `cost` tokens (at most the
 /// rule's burst; 0 peeks) for the store key `key` under `rule`.
 #[derive(Clone, Copy, Debug)]
@@ -174,4 +202,18 @@ pub trait RemoteStore: Send + Sync + 'static {
 
     /// What the store is, for logs and metrics (for Redis: `standalone` or `cluster`).
     fn topology(&self) -> &'static str;
+
+    /// Reserves the store's key space (for Redis: its prefix and hash-tag setting, on its
+    /// connection) for limiters of `quota`, for as long as the returned claim lives.
+    /// [`RemoteRateLimiterBuilder::build`](super::RemoteRateLimiterBuilder::build) claims it and
+    /// its limiter keeps the claim.
+    ///
+    /// Limiters of quotas with different [rules](Self::rule) over one key space would keep one
+    /// state per key for both, and spend each other's tokens: a store refuses the second with
+    /// [`ConfigError::KeySpaceShared`], which says to give each quota a prefix of its own.
+    /// Limiters of one rule share the key space freely (that is how instances share a quota).
+    /// The default claims nothing.
+    fn claim(&self, _quota: &Quota) -> Result<KeySpaceClaim, ConfigError> {
+        Ok(KeySpaceClaim::none())
+    }
 }
