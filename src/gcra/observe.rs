@@ -16,7 +16,8 @@ pub(crate) const SINGLE: &str = "default";
 
 /// The policy label of a decision that no policy made: a request without a key refused by
 /// `MissingKey::Reject` (counted `denied`, or `shadow_denied` in shadow mode, which lets it
-/// through).
+/// through). Only the layer refuses requests without a key.
+#[cfg(feature = "tower")]
 pub(crate) const NO_POLICY: &str = "";
 
 static METADATA: Metadata<'static> =

@@ -55,6 +55,16 @@ impl Unit {
         })
     }
 
+    /// The unit's name as the protobuf enum spells it (`SECOND`, `MINUTE`, …).
+    pub fn name(self) -> &'static str {
+        match self {
+            Unit::Second => "SECOND",
+            Unit::Minute => "MINUTE",
+            Unit::Hour => "HOUR",
+            Unit::Day => "DAY",
+        }
+    }
+
     fn parse(text: &str) -> Option<Unit> {
         match text.to_ascii_lowercase().as_str() {
             "second" => Some(Unit::Second),
@@ -309,6 +319,47 @@ impl ConfigSet {
     /// The configured domains.
     pub fn domains(&self) -> impl Iterator<Item = &DomainConfig> {
         self.domains.values()
+    }
+
+    /// Every rule as one line, sorted: `domain.path: unit=MINUTE requests_per_unit=60
+    /// burst=60, shadow_mode: false` (as envoyproxy/ratelimit's `/rlconfig` prints them, plus the
+    /// burst and the name), or `domain.path: unlimited, shadow_mode: false`.
+    ///
+    /// ```
+    /// use flowguard_rls::config::{ConfigSet, parse_domain};
+    ///
+    /// let text = "domain: shop\ndescriptors:\n  - key: ip\n    rate_limit: { unit: minute, requests_per_unit: 60 }\n";
+    /// let set = ConfigSet::new(vec![parse_domain("shop.yaml".as_ref(), text)?])?;
+    /// assert_eq!(set.dump(), "shop.ip: unit=MINUTE requests_per_unit=60 burst=60, shadow_mode: false\n");
+    /// # Ok::<(), flowguard_rls::config::ConfigError>(())
+    /// ```
+    pub fn dump(&self) -> String {
+        let mut lines = Vec::with_capacity(self.rule_count);
+        for domain in self.domains.values() {
+            let mut rules = Vec::new();
+            collect_rules(&domain.root, &mut rules);
+            for rule in rules {
+                let limit = match rule.limit {
+                    Limit::Unlimited => "unlimited".to_string(),
+                    Limit::Rate(rate) => format!(
+                        "unit={} requests_per_unit={} burst={}",
+                        rate.unit.name(),
+                        rate.requests_per_unit,
+                        rate.burst.unwrap_or(rate.requests_per_unit)
+                    ),
+                };
+                let name = match &rule.name {
+                    Some(name) => format!(", name: {name}"),
+                    None => String::new(),
+                };
+                lines.push(format!(
+                    "{}.{}: {limit}, shadow_mode: {}{name}\n",
+                    domain.domain, rule.stat_path, rule.shadow_mode
+                ));
+            }
+        }
+        lines.sort();
+        lines.concat()
     }
 }
 

@@ -1,5 +1,5 @@
 //! The one adapter between `flowguard-rls` and flowguard's GCRA stores: every call into
-//! `crate::gcra` lives here; the rest of the service speaks [`Verdict`]s.
+//! `flowguard::gcra` lives here; the rest of the service speaks [`Verdict`]s.
 //!
 //! * Memory: one [`KeyedRateLimiter`] per distinct rate. A request's descriptors are decided under
 //!   locks of every key involved (striped), so the [`plan`] is atomic: a denied request
@@ -22,13 +22,13 @@ use parking_lot::Mutex;
 
 use super::config::Rate;
 use super::plan::{self, AfterPeek, Item, Start, Verdict};
-use crate::gcra::redis::RedisStore;
-use crate::gcra::remote::{
+use flowguard::gcra::redis::{ConnectError, RedisStore};
+use flowguard::gcra::remote::{
     DecideAllError, FailurePolicy, QuotaCheck, RemoteRateLimiter, RemoteStore, StoreError,
     StoreItem,
 };
-use crate::gcra::two_tier::TwoTierLimiter;
-use crate::gcra::{
+use flowguard::gcra::two_tier::TwoTierLimiter;
+use flowguard::gcra::{
     CheckError, CheckFuture, Decision, Gcra, GcraError, KeyedLimit, KeyedRateLimiter, Quota,
 };
 
@@ -62,6 +62,8 @@ pub struct RedisConfig {
     pub on_failure: OnFailure,
     /// Two-tier mode: reserve this many tokens at a time and spend them locally.
     pub two_tier_batch: Option<u32>,
+    /// How long to wait at start for a Redis that does not answer; `None` fails at once.
+    pub wait_at_start: Option<Duration>,
 }
 
 /// What the service answers when the shared store does not.
@@ -126,11 +128,84 @@ impl From<CheckError> for BackendError {
     fn from(e: CheckError) -> Self {
         match e {
             CheckError::Gcra(e) => e.into(),
-            CheckError::Store(StoreError::Unavailable(_)) => {
-                BackendError::Unavailable(e.to_string())
+            CheckError::Store(StoreError::Unavailable(why)) => {
+                BackendError::Unavailable(format!("Redis did not answer: {why}"))
             }
             _ => BackendError::Rejected(e.to_string()),
         }
+    }
+}
+
+/// Why the store could not be opened at start.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum OpenError {
+    /// The options cannot work (URLs, prefix, timeout): fix them.
+    Invalid(String),
+    /// Redis did not answer (or refused the credentials) in time.
+    Unreachable(String),
+}
+
+impl std::fmt::Display for OpenError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            OpenError::Invalid(why) | OpenError::Unreachable(why) => f.write_str(why),
+        }
+    }
+}
+
+impl std::error::Error for OpenError {}
+
+/// How often an unreachable Redis is tried again while [`RedisConfig::wait_at_start`] allows.
+const RETRY_AT_START: Duration = Duration::from_millis(500);
+
+/// Connects to Redis, trying again until `wait_at_start` has passed.
+async fn connect(redis: &RedisConfig) -> Result<RedisStore, OpenError> {
+    let started = std::time::Instant::now();
+    let wait = redis.wait_at_start.unwrap_or_default();
+    let mut told = false;
+    loop {
+        let mut builder = if redis.cluster {
+            RedisStore::cluster_builder(redis.urls.iter().cloned())
+        } else {
+            RedisStore::builder(redis.urls[0].clone())
+        };
+        builder = builder.prefix(redis.prefix.as_bytes());
+        if let Some(timeout) = redis.timeout {
+            builder = builder.timeout(timeout);
+        }
+        let error = match builder.connect().await {
+            Ok(store) => {
+                if told {
+                    tracing::info!(urls = ?redis.urls, "Redis answers");
+                }
+                return Ok(store);
+            }
+            Err(ConnectError::Config(e)) => {
+                return Err(OpenError::Invalid(format!(
+                    "the Redis options cannot work: {e}; fix --redis or --redis-prefix"
+                )));
+            }
+            Err(e) => e,
+        };
+        let waited = started.elapsed();
+        if waited >= wait {
+            let hint = if redis.wait_at_start.is_some() {
+                format!("waited {} s (--wait-for-redis)", wait.as_secs())
+            } else {
+                "pass --wait-for-redis SECONDS to wait for it at start".into()
+            };
+            return Err(OpenError::Unreachable(format!(
+                "Redis at {} cannot be used: {error}. Start it or fix --redis, or {hint}; \
+                 once running, --on-redis-failure decides what is answered while it is down",
+                redis.urls.join(", ")
+            )));
+        }
+        if !told {
+            tracing::warn!(urls = ?redis.urls, %error,
+                "Redis does not answer yet; waiting up to {} s for it (--wait-for-redis)", wait.as_secs());
+            told = true;
+        }
+        tokio::time::sleep(RETRY_AT_START.min(wait - waited)).await;
     }
 }
 
@@ -243,31 +318,20 @@ impl std::fmt::Debug for Backend {
 }
 
 impl Backend {
-    /// Opens the store. Redis is connected lazily: the service starts while Redis is down, and
-    /// calls made before it answers fail (or are answered by the failure policy).
-    pub async fn open(config: &StoreConfig) -> Result<Backend, String> {
+    /// Opens the store. Redis must answer now: an unreachable server or refused credentials are
+    /// an [`OpenError::Unreachable`] that names the flags to change, unless
+    /// [`RedisConfig::wait_at_start`] allows waiting for it. Once open, a Redis that stops
+    /// answering is what [`RedisConfig::on_failure`] is for.
+    pub async fn open(config: &StoreConfig) -> Result<Backend, OpenError> {
         let kind = match config {
             StoreConfig::Memory { max_keys } => Kind::Memory {
                 max_keys: *max_keys,
             },
             StoreConfig::Redis(redis) => {
-                let mut builder = if redis.cluster {
-                    RedisStore::cluster_builder(redis.urls.iter().cloned())
-                } else {
-                    let url = match redis.urls.as_slice() {
-                        [url] => url.clone(),
-                        _ => {
-                            return Err(
-                                "give exactly one Redis URL, or --redis-cluster with node URLs"
-                                    .into(),
-                            );
-                        }
-                    };
-                    RedisStore::builder(url)
-                };
-                builder = builder.prefix(redis.prefix.as_bytes());
-                if let Some(timeout) = redis.timeout {
-                    builder = builder.timeout(timeout);
+                if !redis.cluster && redis.urls.len() != 1 {
+                    return Err(OpenError::Invalid(
+                        "give exactly one --redis URL, or --redis-cluster with node URLs".into(),
+                    ));
                 }
                 let policy = match redis.on_failure {
                     OnFailure::Unavailable | OnFailure::FailClosed => FailurePolicy::FailClosed,
@@ -275,7 +339,7 @@ impl Backend {
                     OnFailure::LocalShare(share) => FailurePolicy::local_share(share),
                     OnFailure::LocalInstances(n) => FailurePolicy::local_instances(n),
                 };
-                let store = builder.connect_lazy().await.map_err(|e| e.to_string())?;
+                let store = connect(redis).await?;
                 Kind::Redis {
                     store,
                     raw: redis.on_failure == OnFailure::Unavailable,
@@ -546,6 +610,7 @@ async fn together(
         Ok(answers) => Ok(Some(answers.into_iter().map(|a| a.decision).collect())),
         Err(DecideAllError::Apart) => Ok(None),
         Err(DecideAllError::Check(e)) => Err(e.into()),
+        Err(e) => Err(BackendError::Rejected(e.to_string())),
     }
 }
 
@@ -568,8 +633,8 @@ fn verdict(limiter: &LimiterInner, d: &Decision) -> Verdict {
     Verdict {
         allowed: d.allowed,
         limit: d.limit,
-        remaining: d.remaining,
-        reset_after: d.reset_after,
+        remaining: d.remaining().unwrap_or(0),
+        reset_after: d.reset_after().unwrap_or_default(),
         retry_after: d.retry_after,
         interval: limiter.interval,
         degraded: d.degraded.is_some(),
@@ -627,7 +692,7 @@ async fn spend_shared(check: &Check<'_>, cost: u64) -> Result<Verdict, BackendEr
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::rls::config::Unit;
+    use crate::config::Unit;
 
     /// One token from the wide quota and one from the narrow one, as one request.
     fn pair<'a>(wide: &'a Limiter, narrow: &'a Limiter) -> [Check<'a>; 2] {

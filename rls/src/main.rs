@@ -1,12 +1,14 @@
 //! `flowguard-rls`: a global rate limit service for Envoy on flowguard's GCRA.
 //!
 //! ```text
-//! flowguard-rls --config FILE_OR_DIR [--config ...] [--listen 127.0.0.1:8081] [--redis URL]
+//! flowguard-rls --config FILE_OR_DIR [--config ...] [--listen 127.0.0.1:8081]
+//!     [--debug-listen 127.0.0.1:6070] [--redis URL] [--log-format text|json]
 //! ```
 //!
-//! Prints `listening on ADDR` on stdout once it serves (`--listen 127.0.0.1:0` picks a free port).
-//! Exit codes: 0 after a clean shutdown (SIGTERM or Ctrl-C: in-flight calls finish), 1 on a
-//! runtime failure, 2 on an invalid configuration or arguments.
+//! Prints `debug listening on ADDR` and then `listening on ADDR` on stdout once it serves (port 0
+//! picks a free port). Exit codes: 0 after a clean shutdown (SIGTERM or Ctrl-C: in-flight calls
+//! finish), 1 on a runtime failure (a port in use, Redis unreachable at start), 2 on an invalid
+//! configuration or arguments.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -16,12 +18,14 @@ use std::time::Duration;
 
 use clap::{Parser, ValueEnum};
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitServiceServer;
-use flowguard::rls::backend::{Backend, OnFailure, RedisConfig, StoreConfig};
-use flowguard::rls::headers::HeaderStyle;
-use flowguard::rls::reload::{Reloader, load};
-use flowguard::rls::rules::Rules;
-use flowguard::rls::service::RateLimiter;
-use flowguard::rls::source::ConfigSource;
+use flowguard_rls::backend::{Backend, OnFailure, OpenError, RedisConfig, StoreConfig};
+use flowguard_rls::debug::{self, Debug, Health};
+use flowguard_rls::headers::HeaderStyle;
+use flowguard_rls::logging::{self, LogFormat};
+use flowguard_rls::reload::{Reloader, load};
+use flowguard_rls::rules::Rules;
+use flowguard_rls::service::RateLimiter;
+use flowguard_rls::source::ConfigSource;
 use tonic::transport::server::TcpIncoming;
 
 /// A global rate limit service for Envoy (envoy.service.ratelimit.v3) on flowguard's GCRA.
@@ -34,6 +38,20 @@ struct Args {
     /// The gRPC address to serve on (port 0 picks a free port; the address is printed).
     #[arg(long, default_value = "127.0.0.1:8081")]
     listen: SocketAddr,
+    /// The debug HTTP address: /metrics (Prometheus), /healthcheck, /rlconfig and POST /json.
+    #[arg(long, default_value = "127.0.0.1:6070", value_name = "ADDR")]
+    debug_listen: SocketAddr,
+    /// Log lines as text (coloured only on a terminal) or as JSON objects.
+    #[arg(long, value_enum, default_value = "text")]
+    log_format: LogFormat,
+    /// The least level logged (or a tracing filter such as `warn,flowguard_rls=debug`); RUST_LOG
+    /// takes its place when set.
+    #[arg(long, default_value = "info", value_name = "FILTER")]
+    log_level: String,
+    /// Answer every request OK while deciding and counting it as usual (as if every rule had
+    /// shadow_mode: true), to try a configuration on live traffic.
+    #[arg(long)]
+    shadow_mode: bool,
     /// Keep quotas in Redis (shared by every instance with the same prefix); repeat with
     /// --redis-cluster for several cluster nodes. Without it, quotas live in this process.
     #[arg(long = "redis", value_name = "URL")]
@@ -55,6 +73,10 @@ struct Args {
     /// Two-tier mode: reserve this many tokens from Redis at a time and spend them locally.
     #[arg(long, requires = "redis", value_name = "TOKENS")]
     two_tier_batch: Option<u32>,
+    /// Wait up to this many seconds at start for a Redis that does not answer (without it, an
+    /// unreachable Redis stops the start at once).
+    #[arg(long, requires = "redis", value_name = "SECONDS")]
+    wait_for_redis: Option<u64>,
     /// The most keys tracked per distinct rate by the in-memory store.
     #[arg(long, default_value_t = flowguard::gcra::DEFAULT_MAX_KEYS)]
     max_keys: usize,
@@ -106,13 +128,10 @@ fn parse_on_failure(text: &str) -> Result<OnFailure, String> {
 
 fn main() -> ExitCode {
     let args = Args::parse();
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+    if let Err(e) = logging::init(args.log_format, &args.log_level) {
+        eprintln!("flowguard-rls: {e}");
+        return ExitCode::from(2);
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -124,6 +143,13 @@ fn main() -> ExitCode {
         }
     };
     runtime.block_on(run(args))
+}
+
+/// Logs a failure to start and returns its exit code.
+fn fail(code: u8, message: impl std::fmt::Display) -> ExitCode {
+    tracing::error!("{message}");
+    eprintln!("flowguard-rls: {message}");
+    ExitCode::from(code)
 }
 
 async fn run(args: Args) -> ExitCode {
@@ -140,21 +166,17 @@ async fn run(args: Args) -> ExitCode {
             timeout: args.redis_timeout_ms.map(Duration::from_millis),
             on_failure: args.on_redis_failure,
             two_tier_batch: args.two_tier_batch,
+            wait_at_start: args.wait_for_redis.map(Duration::from_secs),
         })
     };
     let backend = match Backend::open(&store).await {
         Ok(b) => Arc::new(b),
-        Err(e) => {
-            eprintln!("flowguard-rls: cannot open the store: {e}");
-            return ExitCode::from(2);
-        }
+        Err(e @ OpenError::Invalid(_)) => return fail(2, format!("cannot open the store: {e}")),
+        Err(e @ OpenError::Unreachable(_)) => return fail(1, e),
     };
     let (snapshot, rules) = match load(&source, &backend) {
         Ok(loaded) => loaded,
-        Err(e) => {
-            eprintln!("flowguard-rls: invalid configuration: {e}");
-            return ExitCode::from(2);
-        }
+        Err(e) => return fail(2, format!("invalid configuration: {e}")),
     };
     if args.check_config {
         let files: Vec<_> = snapshot.files().map(|p| p.display().to_string()).collect();
@@ -166,6 +188,10 @@ async fn run(args: Args) -> ExitCode {
         );
         return ExitCode::SUCCESS;
     }
+    let metrics = match flowguard_rls::metrics::install_exporter() {
+        Ok(handle) => handle,
+        Err(e) => return fail(1, e),
+    };
     let rules = Rules::new(rules);
     let reloader = Reloader::new(source, snapshot);
     let interval = Duration::from_millis(args.reload_interval_ms.max(1));
@@ -176,7 +202,8 @@ async fn run(args: Args) -> ExitCode {
         Headers::Ietf => HeaderStyle::Ietf,
         Headers::Legacy => HeaderStyle::Legacy,
     };
-    let service = RateLimiter::new(rules, backend.clone(), headers);
+    let service =
+        RateLimiter::new(rules.clone(), backend.clone(), headers).shadow_mode(args.shadow_mode);
     let (health, health_service) = tonic_health::server::health_reporter();
     health
         .set_serving::<RateLimitServiceServer<RateLimiter>>()
@@ -184,26 +211,59 @@ async fn run(args: Args) -> ExitCode {
 
     let signal = match shutdown_signal() {
         Ok(signal) => signal,
+        Err(e) => return fail(1, format!("cannot install the signal handlers: {e}")),
+    };
+    let debug_listener = match tokio::net::TcpListener::bind(args.debug_listen).await {
+        Ok(l) => l,
         Err(e) => {
-            eprintln!("flowguard-rls: cannot install the signal handlers: {e}");
-            return ExitCode::from(1);
+            return fail(
+                1,
+                format!(
+                    "cannot listen on {} for the debug endpoints: {e}; choose another \
+                     --debug-listen address",
+                    args.debug_listen
+                ),
+            );
         }
     };
     let listener = match tokio::net::TcpListener::bind(args.listen).await {
         Ok(l) => l,
         Err(e) => {
-            eprintln!("flowguard-rls: cannot listen on {}: {e}", args.listen);
-            return ExitCode::from(1);
+            return fail(
+                1,
+                format!(
+                    "cannot listen on {} for gRPC: {e}; choose another --listen address",
+                    args.listen
+                ),
+            );
         }
     };
+    let debug_addr = debug_listener.local_addr().unwrap_or(args.debug_listen);
     let addr = listener.local_addr().unwrap_or(args.listen);
+
+    // One signal stops both listeners: the debug one reports the shutdown until gRPC is done.
+    let (stopping, stop) = tokio::sync::watch::channel(false);
+    let serving = Health::serving();
+    let debug_state = Debug {
+        metrics: Some(metrics),
+        health: serving.clone(),
+        rules,
+        service: service.clone(),
+    };
+    let mut debug_stop = stop.clone();
+    let debug_server = tokio::spawn(debug::serve(debug_listener, debug_state, async move {
+        let _ = debug_stop.wait_for(|stopped| *stopped).await;
+    }));
+    println!("debug listening on {debug_addr}");
     let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
     println!("listening on {addr}");
-    tracing::info!(%addr, backend = backend.describe(), "flowguard-rls serving");
+    tracing::info!(%addr, %debug_addr, backend = backend.describe(), shadow_mode = args.shadow_mode,
+        "flowguard-rls serving");
 
     let shutdown = async move {
         signal.await;
         tracing::info!("shutting down: finishing in-flight calls");
+        serving.stop();
         health
             .set_not_serving::<RateLimitServiceServer<RateLimiter>>()
             .await;
@@ -213,15 +273,16 @@ async fn run(args: Args) -> ExitCode {
         .add_service(RateLimitServiceServer::new(service))
         .serve_with_incoming_shutdown(incoming, shutdown)
         .await;
+    let _ = stopping.send(true);
+    if let Ok(Err(e)) = debug_server.await {
+        tracing::warn!(error = %e, "the debug listener failed");
+    }
     match served {
         Ok(()) => {
             tracing::info!("stopped");
             ExitCode::SUCCESS
         }
-        Err(e) => {
-            eprintln!("flowguard-rls: server failed: {e}");
-            ExitCode::from(1)
-        }
+        Err(e) => fail(1, format!("server failed: {e}")),
     }
 }
 

@@ -1,15 +1,14 @@
 //! flowguard-rls as Envoy sees it: the binary on a loopback port, the in-memory backend, a gRPC
 //! client sending `ShouldRateLimit`.
-#![cfg(feature = "rls")]
 
-mod rls_support;
+mod support;
 
 use std::time::Duration;
 
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::rate_limit::Unit;
 use envoy_types::pb::google::protobuf::UInt64Value;
-use rls_support::{Rls, ask, code, descriptor, request, status_code};
+use support::{Rls, ask, code, descriptor, request, status_code};
 
 const SHOP: &str = "
 domain: shop
@@ -356,8 +355,8 @@ async fn health_is_served_and_sigterm_stops_cleanly() {
 
 #[test]
 fn check_config_validates_and_exits() {
-    let ok = rls_support::ConfigDir::new(&[("shop.yaml", SHOP)]);
-    let out = std::process::Command::new(rls_support::binary())
+    let ok = support::ConfigDir::new(&[("shop.yaml", SHOP)]);
+    let out = std::process::Command::new(support::binary())
         .arg("--config")
         .arg(&ok.0)
         .arg("--check-config")
@@ -365,11 +364,11 @@ fn check_config_validates_and_exits() {
         .unwrap();
     assert!(out.status.success());
     assert!(String::from_utf8_lossy(&out.stdout).contains("1 domain(s), 9 rule(s)"));
-    let bad = rls_support::ConfigDir::new(&[(
+    let bad = support::ConfigDir::new(&[(
         "bad.yaml",
         "domain: x\ndescriptors:\n  - key: a\n    rate_limit: {unit: second}\n",
     )]);
-    let out = std::process::Command::new(rls_support::binary())
+    let out = std::process::Command::new(support::binary())
         .arg("--config")
         .arg(&bad.0)
         .arg("--check-config")

@@ -1,5 +1,6 @@
 //! [`RateLimiter`]: the `envoy.service.ratelimit.v3.RateLimitService` implementation.
 
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -11,6 +12,7 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitService;
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use envoy_types::pb::google::protobuf::Duration as PbDuration;
+use parking_lot::Mutex;
 use tonic::{Request, Response, Status};
 
 use super::backend::{Backend, Check, Limiter};
@@ -34,6 +36,45 @@ pub struct RateLimiter {
     rules: Rules,
     backend: Arc<Backend>,
     headers: HeaderStyle,
+    unknown: Arc<UnknownDomains>,
+    /// Global shadow mode: every rule is decided and counted as if it had `shadow_mode: true`.
+    shadow_mode: bool,
+}
+
+/// The most unknown domains logged one by one; beyond, one more warning says so, and the
+/// counter still counts every request. A client sending made-up domains cannot grow memory.
+const UNKNOWN_DOMAINS_LOGGED: usize = 1000;
+
+/// The unknown domains already logged.
+#[derive(Debug, Default)]
+struct UnknownDomains(Mutex<HashSet<String>>);
+
+impl UnknownDomains {
+    /// Counts a request for `domain`, which no file configures, and logs it at warn the first
+    /// time.
+    fn seen(&self, domain: &str) {
+        ::metrics::counter!(names::UNKNOWN_DOMAIN).increment(1);
+        let mut logged = self.0.lock();
+        if logged.contains(domain) || logged.len() > UNKNOWN_DOMAINS_LOGGED {
+            return;
+        }
+        if logged.len() == UNKNOWN_DOMAINS_LOGGED {
+            tracing::warn!(
+                "more than {UNKNOWN_DOMAINS_LOGGED} unknown domains: no longer logged one by one \
+                 (still counted in {})",
+                names::UNKNOWN_DOMAIN
+            );
+            logged.insert(String::new());
+            return;
+        }
+        tracing::warn!(
+            domain,
+            "a request names a domain that no configuration file defines: it is answered OK \
+             without limits; add a file with `domain: {domain}` or fix the domain in Envoy's \
+             rate limit filter (logged once per domain)"
+        );
+        logged.insert(domain.to_string());
+    }
 }
 
 /// How one request descriptor is decided.
@@ -57,7 +98,22 @@ impl RateLimiter {
             rules,
             backend,
             headers,
+            unknown: Arc::default(),
+            shadow_mode: false,
         }
+    }
+
+    /// Global shadow mode (`--shadow-mode`, envoyproxy/ratelimit's `SHADOW_MODE`): every rule is
+    /// decided, spent and counted as usual, but the answer is always `OK`, as if each rule said
+    /// `shadow_mode: true`. For trying a configuration out on live traffic.
+    pub fn shadow_mode(mut self, on: bool) -> RateLimiter {
+        self.shadow_mode = on;
+        self
+    }
+
+    /// Whether `rule` is only observed, not enforced.
+    fn shadowed(&self, rule: &LimitRule) -> bool {
+        self.shadow_mode || rule.shadow_mode
     }
 
     /// Decides one request.
@@ -75,8 +131,7 @@ impl RateLimiter {
         let rules = self.rules.current();
         let domain = request.domain.as_str();
         if !rules.config().has_domain(domain) {
-            ::metrics::counter!(names::UNKNOWN_DOMAIN).increment(1);
-            tracing::debug!(domain, "unknown domain");
+            self.unknown.seen(domain);
         }
         let plans = plan_descriptors(&rules, request)?;
         let checks: Vec<Check<'_>> = plans
@@ -92,7 +147,7 @@ impl RateLimiter {
                     limiter,
                     key,
                     cost: *cost,
-                    enforce: !rule.shadow_mode,
+                    enforce: !self.shadowed(rule),
                 }),
                 _ => None,
             })
@@ -102,8 +157,13 @@ impl RateLimiter {
         } else {
             self.backend.decide(&checks).await.map_err(|e| {
                 ::metrics::counter!(names::BACKEND_ERRORS, "kind" => e.kind()).increment(1);
-                tracing::warn!(error = %e, domain, "rate limit store failed; answering UNAVAILABLE");
-                Status::unavailable(format!("rate limit store failed: {e}"))
+                tracing::warn!(error = %e, domain, "rate limit store failed; answering UNAVAILABLE \
+                    (Envoy's failure_mode_deny decides; --on-redis-failure answers instead)");
+                Status::unavailable(format!(
+                    "rate limit store failed: {e}; Envoy's failure_mode_deny decides what this \
+                     means, or start flowguard-rls with --on-redis-failure fail-open, fail-closed, \
+                     local-share=F or local-instances=N to answer without the store"
+                ))
             })?
         };
         Ok(self.respond(domain, request, &plans, &verdicts))
@@ -142,7 +202,7 @@ impl RateLimiter {
                     rule, rate, check, ..
                 } => {
                     let verdict = &verdicts[*check];
-                    let outcome = match (verdict.allowed, rule.shadow_mode) {
+                    let outcome = match (verdict.allowed, self.shadowed(rule)) {
                         (true, _) => "ok",
                         (false, true) => "shadow_over_limit",
                         (false, false) => "over_limit",
@@ -156,12 +216,12 @@ impl RateLimiter {
                     if verdict.degraded {
                         count_degraded(domain, rule, descriptor);
                     }
-                    let denied = !verdict.allowed && !rule.shadow_mode;
+                    let denied = !verdict.allowed && !self.shadowed(rule);
                     over_limit |= denied;
                     described.push(Described {
                         name: rule.name.as_deref().unwrap_or(&rule.stat_path),
                         verdict,
-                        enforce: !rule.shadow_mode,
+                        enforce: !self.shadowed(rule),
                     });
                     let code = if denied { Code::OverLimit } else { Code::Ok } as i32;
                     if verdict.degraded {

@@ -1,17 +1,26 @@
 //! `flowguard-rls`: a global rate limit service for Envoy (gRPC
 //! `envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit`) on flowguard's GCRA stores.
-//! Feature `rls`; the binary is `flowguard-rls` (see the README for running it).
+//! The binary is `flowguard-rls` (see the README for running it); this library is what it is
+//! made of, built on flowguard's public API only.
 //!
 //! * [`config`]: envoyproxy/ratelimit's YAML format, parsed and checked, and descriptor matching.
 //! * [`source`] / [`reload`]: reading the files, and swapping in changed ones.
 //! * [`plan`]: deciding several descriptors as one request (what to peek, what to spend).
 //! * [`backend`]: the only place that calls the GCRA stores (memory, Redis, two-tier).
-//! * [`service`]: the gRPC service; [`headers`]: the response headers; [`metrics`]: metric names.
+//! * [`service`]: the gRPC service; [`headers`]: the response headers; [`metrics`]: metric names
+//!   and the Prometheus exporter.
+//! * [`debug`]: the debug HTTP listener (`/metrics`, `/healthcheck`, `/rlconfig`, `/json`);
+//!   [`json`]: the JSON form of `ShouldRateLimit`; [`logging`]: text or JSON logs.
+
+#![warn(missing_docs)]
 
 pub mod backend;
 pub mod config;
+pub mod debug;
 pub mod headers;
+pub mod json;
 mod key;
+pub mod logging;
 pub mod metrics;
 pub mod plan;
 pub mod reload;

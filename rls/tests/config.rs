@@ -1,15 +1,14 @@
 //! The configuration format of flowguard-rls: the example files parse, descriptors match as the
 //! reference service matches them, and bad files are refused with the file, the path inside and
 //! what to change.
-#![cfg(feature = "rls")]
 
 use std::path::{Path, PathBuf};
 
-use flowguard::rls::config::{ConfigSet, Limit, LimitRule, Lookup, Rate, Unit, parse_domain};
-use flowguard::rls::source::ConfigSource;
+use flowguard_rls::config::{ConfigSet, Limit, LimitRule, Lookup, Rate, Unit, parse_domain};
+use flowguard_rls::source::ConfigSource;
 
 fn examples() -> ConfigSet {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/rls");
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples");
     ConfigSource::new(vec![dir])
         .read()
         .expect("the example files are readable")
