@@ -1,39 +1,37 @@
-//! The one adapter between `flowguard-rls` and flowguard's GCRA stores: every call into
-//! `flowguard::gcra` lives here; the rest of the service speaks [`Verdict`]s.
+//! The one adapter between `flowguard-rls` and flowguard's GCRA: every rate of the
+//! configuration is a limit of one [`LimitSet`], and a request's descriptors are decided through
+//! it, all or nothing. The service has no engine of its own: the library's sets lock, peek and
+//! spend.
 //!
-//! * Memory: one [`KeyedRateLimiter`] per distinct rate. A request's descriptors are decided under
-//!   locks of every key involved (striped), so the [`plan`] is atomic: a denied request
-//!   spends nothing, whatever other requests run at the same time.
-//! * Redis / Redis Cluster: one [`RemoteRateLimiter`] per distinct rate over one [`RedisStore`].
-//!   With [`OnFailure::Unavailable`] the raw store is called and an unreachable store is an error
-//!   (the service answers gRPC `UNAVAILABLE`); otherwise the limiter's [`FailurePolicy`] answers.
-//!   A request's enforced descriptors are decided all or nothing in one script call when their
-//!   keys can go together (one server, or one slot of a cluster), so a denied request spends
-//!   nothing whatever other instances do; otherwise they are peeked, then spent (see [`plan`]).
-//! * Two-tier: a [`TwoTierLimiter`] over the Redis limiter; its reservoir is not a global view,
-//!   so descriptors are spent independently (no peek).
+//! * Memory: a [`MemoryLimitSet`], atomic under its striped locks. A reload that brings new rates
+//!   [extends](MemoryLimitSet::extended) it: the rates that stay keep their state.
+//! * Redis / Redis Cluster: a [`RemoteLimitSet`] of one [`RemoteRateLimiter`] per rate over one
+//!   [`RedisStore`], deciding a request's keys in one script call when they can go together (one
+//!   server, or one hash slot of a cluster), peeked then spent otherwise; the limiters' failure
+//!   policy answers when Redis does not. With [`OnFailure::Unavailable`] that policy is fail
+//!   closed, and a decision it made becomes [`BackendError::Unavailable`] (gRPC `UNAVAILABLE`,
+//!   so that Envoy's `failure_mode_deny` decides).
+//! * Two-tier: [`SeparateLimits`] over one [`TwoTierLimiter`] per rate (reservoirs are local:
+//!   a request's descriptors are peeked, then spent).
+//!
+//! [`Backend::decide`] adds what the service needs on top: shadow-mode descriptors never deny and
+//! are spent only when the request is allowed, and a cost above a burst is a denial with no
+//! retry time rather than an error.
 
 use std::collections::HashMap;
-use std::hash::BuildHasher;
 use std::sync::Arc;
 use std::time::Duration;
 
-use parking_lot::Mutex;
-
-use super::config::Rate;
-use super::plan::{self, AfterPeek, Item, Start, Verdict};
 use flowguard::gcra::redis::{ConnectError, RedisStore};
-use flowguard::gcra::remote::{
-    DecideAllError, FailurePolicy, QuotaCheck, RemoteRateLimiter, RemoteStore, StoreError,
-    StoreItem,
-};
+use flowguard::gcra::remote::{FailurePolicy, RemoteLimitSet, RemoteRateLimiter, StoreError};
 use flowguard::gcra::two_tier::TwoTierLimiter;
 use flowguard::gcra::{
-    CheckError, CheckFuture, Decision, Gcra, GcraError, KeyedLimit, KeyedRateLimiter, Quota,
+    CheckError, Decision, Degradation, Demand, GcraError, KeyedLimit, LimitSet, MemoryLimitSet,
+    Quota, SeparateLimits, SetError,
 };
+use parking_lot::Mutex;
 
-/// Lock stripes of the in-memory backend.
-const STRIPES: usize = 1024;
+use crate::config::Rate;
 
 /// Where quotas live.
 #[derive(Clone, Debug)]
@@ -209,85 +207,36 @@ async fn connect(redis: &RedisConfig) -> Result<RedisStore, OpenError> {
     }
 }
 
-/// A quota's limiter, shared by every rule with the same rate. Cheap to clone.
+/// The limits of every rate seen so far, and the set that decides them.
+struct Registry {
+    /// The limit number of each rate (its place in the sets; numbers are never reused).
+    numbers: HashMap<Rate, usize>,
+    /// The set over every limit so far.
+    set: Limits,
+    /// The in-memory set, extended when a rate is added.
+    memory: Option<Arc<MemoryLimitSet>>,
+    /// The limiters the Redis set is rebuilt from when a rate is added.
+    remote: Vec<RemoteRateLimiter<RedisStore>>,
+    /// The limiters the two-tier set is rebuilt from when a rate is added.
+    two_tier: Vec<Arc<dyn KeyedLimit>>,
+}
+
+/// A set of limits, cheap to clone: what a request is decided through.
 #[derive(Clone)]
-pub struct Limiter(Arc<LimiterInner>);
+pub struct Limits(Arc<dyn LimitSet>);
 
-struct LimiterInner {
-    id: usize,
-    burst: u32,
-    interval: Duration,
-    engine: Engine,
-}
-
-enum Engine {
-    /// Boxed: the in-memory limiter is several cache lines, the others a handle.
-    Memory(Box<KeyedRateLimiter<Vec<u8>>>),
-    /// The raw store: an unavailable store is an error.
-    Raw(RawStore),
-    /// The limiter with the configured failure policy.
-    Policy(RemoteRateLimiter<RedisStore>),
-    TwoTier(TwoTierLimiter<Arc<dyn KeyedLimit>>),
-}
-
-impl Limiter {
-    /// The burst `B`.
-    pub fn burst(&self) -> u32 {
-        self.0.burst
-    }
-}
-
-impl std::fmt::Debug for Limiter {
+impl std::fmt::Debug for Limits {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Limiter")
-            .field("burst", &self.0.burst)
-            .field("interval", &self.0.interval)
-            .finish_non_exhaustive()
+        f.debug_struct("Limits")
+            .field("limits", &self.0.limits())
+            .finish()
     }
 }
 
-/// One descriptor to decide: its limiter, its key, its cost, and whether it is enforced.
-#[derive(Clone, Copy, Debug)]
-pub struct Check<'a> {
-    /// The rule's limiter.
-    pub limiter: &'a Limiter,
-    /// The limiter key (domain and descriptor path).
-    pub key: &'a [u8],
-    /// Tokens asked for.
-    pub cost: u64,
-    /// `false` in shadow mode.
-    pub enforce: bool,
-}
-
-/// The Redis store with no failure policy: an unavailable store is an error (for
-/// [`OnFailure::Unavailable`] mode, and two-tier reservations in that mode). Cheap to clone.
-#[derive(Clone)]
-struct RawStore {
-    store: RedisStore,
-    quota: Quota,
-    rule: Gcra,
-}
-
-impl RawStore {
-    fn new(store: RedisStore, quota: Quota) -> Result<RawStore, String> {
-        let rule = store.rule(&quota).map_err(|e| e.to_string())?;
-        Ok(RawStore { store, quota, rule })
-    }
-
-    async fn decide(&self, key: &[u8], cost: u32) -> Result<Decision, CheckError> {
-        let key = self.store.key(key);
-        Ok(self.store.decide(&key, &self.rule, cost).await?.decision)
-    }
-}
-
-impl KeyedLimit for RawStore {
-    fn check(&self, key: &[u8], cost: u32) -> CheckFuture {
-        let (raw, key) = (self.clone(), key.to_vec());
-        CheckFuture::new(async move { raw.decide(&key, cost).await })
-    }
-
-    fn quota(&self) -> Quota {
-        self.quota
+impl Limits {
+    /// The quota of limit `limit`.
+    pub fn quota(&self, limit: usize) -> Option<Quota> {
+        self.0.quota(limit)
     }
 }
 
@@ -297,24 +246,47 @@ enum Kind {
     },
     Redis {
         store: RedisStore,
-        raw: bool,
         policy: FailurePolicy,
         two_tier_batch: Option<u32>,
     },
 }
 
-/// Builds limiters for rates and decides requests against them.
+/// Builds the limits of the configured rates and decides requests against them.
 pub struct Backend {
     kind: Kind,
-    limiters: Mutex<HashMap<Rate, Limiter>>,
-    stripes: Box<[Mutex<()>]>,
-    hasher: hashbrown::DefaultHashBuilder,
+    /// `OnFailure::Unavailable`: a decision of the (fail-closed) policy is an error.
+    unavailable_is_error: bool,
+    registry: Mutex<Registry>,
 }
 
 impl std::fmt::Debug for Backend {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.describe())
     }
+}
+
+/// One descriptor to decide: `cost` tokens of limit `limit` for `key`; shadow-mode descriptors
+/// are not `enforce`d.
+#[derive(Clone, Copy, Debug)]
+pub struct Check<'a> {
+    /// The rate's limit number ([`Backend::limit`]).
+    pub limit: usize,
+    /// The limiter key (domain and descriptor path).
+    pub key: &'a [u8],
+    /// Tokens asked for.
+    pub cost: u64,
+    /// `false` in shadow mode: never denies the request.
+    pub enforce: bool,
+}
+
+/// The quota of a configured rate; the error says what to change.
+pub fn quota(rate: &Rate) -> Result<Quota, String> {
+    Quota::new(rate.requests_per_unit, rate.unit.period())
+        .and_then(|q| match rate.burst {
+            Some(burst) => q.with_burst(burst),
+            None => Ok(q),
+        })
+        .map_err(|e| e.to_string())
 }
 
 impl Backend {
@@ -342,17 +314,48 @@ impl Backend {
                 let store = connect(redis).await?;
                 Kind::Redis {
                     store,
-                    raw: redis.on_failure == OnFailure::Unavailable,
                     policy,
                     two_tier_batch: redis.two_tier_batch,
                 }
             }
         };
+        let memory = match &kind {
+            Kind::Memory { max_keys } => Some(Arc::new(
+                MemoryLimitSet::builder([])
+                    .max_keys(*max_keys)
+                    .build()
+                    .map_err(|e| OpenError::Invalid(format!("--max-keys: {e}")))?,
+            )),
+            Kind::Redis { .. } => None,
+        };
+        let set = match &kind {
+            Kind::Memory { .. } => Limits(memory.clone().map_or_else(
+                || Arc::new(SeparateLimits::shared([])) as Arc<dyn LimitSet>,
+                |m| m as Arc<dyn LimitSet>,
+            )),
+            Kind::Redis {
+                two_tier_batch: None,
+                ..
+            } => Limits(Arc::new(RemoteLimitSet::<RedisStore>::new([]))),
+            Kind::Redis { .. } => Limits(Arc::new(SeparateLimits::shared([]))),
+        };
+        let unavailable_is_error = matches!(
+            config,
+            StoreConfig::Redis(RedisConfig {
+                on_failure: OnFailure::Unavailable,
+                ..
+            })
+        );
         Ok(Backend {
             kind,
-            limiters: Mutex::new(HashMap::new()),
-            stripes: (0..STRIPES).map(|_| Mutex::new(())).collect(),
-            hasher: hashbrown::DefaultHashBuilder::default(),
+            unavailable_is_error,
+            registry: Mutex::new(Registry {
+                numbers: HashMap::new(),
+                set,
+                memory,
+                remote: Vec::new(),
+                two_tier: Vec::new(),
+            }),
         })
     }
 
@@ -368,324 +371,174 @@ impl Backend {
         }
     }
 
-    /// The limiter for `rate`, created on first use and kept for the life of the backend, so a
-    /// reloaded configuration keeps the state of the rates it keeps. The error says what to change.
-    pub fn limiter(&self, rate: &Rate) -> Result<Limiter, String> {
-        let mut limiters = self.limiters.lock();
-        if let Some(limiter) = limiters.get(rate) {
-            return Ok(limiter.clone());
+    /// The limit number of `rate`, added to the set on first use and kept for the life of the
+    /// backend, so that a reloaded configuration keeps the state of the rates it keeps. The
+    /// error says what to change (a rate the store cannot serve).
+    pub fn limit(&self, rate: &Rate) -> Result<usize, String> {
+        let mut registry = self.registry.lock();
+        if let Some(&number) = registry.numbers.get(rate) {
+            return Ok(number);
         }
-        let quota = Quota::new(rate.requests_per_unit, rate.unit.period())
-            .and_then(|q| match rate.burst {
-                Some(burst) => q.with_burst(burst),
-                None => Ok(q),
-            })
-            .map_err(|e| e.to_string())?;
-        let engine = match &self.kind {
-            Kind::Memory { max_keys } => Engine::Memory(Box::new(
-                KeyedRateLimiter::builder(quota)
-                    .max_keys(*max_keys)
-                    .build()
-                    .map_err(|e| e.to_string())?,
-            )),
+        let quota = quota(rate)?;
+        let number = registry.numbers.len();
+        let set = match &self.kind {
+            Kind::Memory { .. } => {
+                let Some(memory) = &registry.memory else {
+                    return Err("the in-memory backend has no in-memory set".into());
+                };
+                let memory = Arc::new(memory.extended([quota]).map_err(|e| e.to_string())?);
+                registry.memory = Some(memory.clone());
+                Limits(memory)
+            }
             Kind::Redis {
                 store,
-                raw,
                 policy,
                 two_tier_batch,
             } => {
-                let shared: Arc<dyn KeyedLimit> = if *raw {
-                    let raw = RawStore::new(store.clone(), quota)?;
-                    if two_tier_batch.is_none() {
-                        return Ok(self.remember(&mut limiters, rate, quota, Engine::Raw(raw)));
+                let limiter = RemoteRateLimiter::builder(store.clone(), quota)
+                    .failure_policy(*policy)
+                    .build()
+                    .map_err(|e| e.to_string())?;
+                match two_tier_batch {
+                    None => {
+                        registry.remote.push(limiter);
+                        Limits(Arc::new(RemoteLimitSet::new(
+                            registry.remote.iter().cloned(),
+                        )))
                     }
-                    Arc::new(raw)
-                } else {
-                    let limiter = RemoteRateLimiter::builder(store.clone(), quota)
-                        .failure_policy(*policy)
-                        .build()
-                        .map_err(|e| e.to_string())?;
-                    if two_tier_batch.is_none() {
-                        return Ok(self.remember(
-                            &mut limiters,
-                            rate,
-                            quota,
-                            Engine::Policy(limiter),
-                        ));
+                    Some(batch) => {
+                        let shared: Arc<dyn KeyedLimit> = Arc::new(limiter);
+                        let two_tier = TwoTierLimiter::builder(shared, *batch)
+                            .build()
+                            .map_err(|e| format!("two-tier batch: {e}"))?;
+                        registry.two_tier.push(Arc::new(two_tier));
+                        Limits(Arc::new(SeparateLimits::shared(
+                            registry.two_tier.iter().cloned(),
+                        )))
                     }
-                    Arc::new(limiter)
-                };
-                let batch = two_tier_batch.unwrap_or(1);
-                Engine::TwoTier(
-                    TwoTierLimiter::builder(shared, batch)
-                        .build()
-                        .map_err(|e| format!("two-tier batch: {e}"))?,
-                )
+                }
             }
         };
-        Ok(self.remember(&mut limiters, rate, quota, engine))
+        registry.numbers.insert(*rate, number);
+        registry.set = set;
+        Ok(number)
     }
 
-    /// Keeps the limiter built for `rate`.
-    fn remember(
+    /// The set over every limit so far: a configuration compiled before this call finds all of
+    /// its rates in it.
+    pub fn limits(&self) -> Limits {
+        self.registry.lock().set.clone()
+    }
+
+    /// Decides a request's descriptors through `limits`; one decision per check, in order.
+    ///
+    /// * The enforced checks are decided together, all or nothing
+    ///   ([`LimitSet::check_all`]); when one of them (or several naming one key) costs more
+    ///   than its burst, the request is denied, nothing is spent, and that check's decision
+    ///   has no `retry_after` (it never fits).
+    /// * Shadow-mode checks never deny: when the request is allowed, each is spent alone if it
+    ///   fits; otherwise each is peeked, and said allowed when its cost would fit.
+    /// * A denied check's decision says whether it alone would fit now (`allowed`) and when it
+    ///   will (`retry_after`), as [`LimitSet::check_all`] reports it.
+    pub async fn decide(
         &self,
-        limiters: &mut HashMap<Rate, Limiter>,
-        rate: &Rate,
-        quota: Quota,
-        engine: Engine,
-    ) -> Limiter {
-        let limiter = Limiter(Arc::new(LimiterInner {
-            id: limiters.len(),
-            burst: quota.burst(),
-            interval: quota.emission_interval(),
-            engine,
-        }));
-        limiters.insert(*rate, limiter.clone());
-        limiter
-    }
-
-    /// Decides a request's descriptors (see [`plan`]); one verdict per check.
-    pub async fn decide(&self, checks: &[Check<'_>]) -> Result<Vec<Verdict>, BackendError> {
-        let items = items(checks);
-        let memory = matches!(self.kind, Kind::Memory { .. });
-        if memory {
-            return self.decide_in_memory(checks, &items);
-        }
-        let can_peek = !checks
-            .iter()
-            .any(|c| matches!(c.limiter.0.engine, Engine::TwoTier(_)));
-        match plan::start(&items, can_peek) {
-            Start::Spend => {
-                let mut out = Vec::with_capacity(checks.len());
-                for check in checks {
-                    out.push(spend_shared(check, check.cost).await?);
-                }
-                Ok(out)
-            }
-            Start::Peek => {
-                if let Some(answers) = self.decide_together(checks, &items).await? {
-                    return Ok(answers);
-                }
-                let mut peeks = Vec::with_capacity(checks.len());
-                for check in checks {
-                    peeks.push(spend_shared(check, 0).await?);
-                }
-                match plan::after_peek(&items, &peeks) {
-                    AfterPeek::Deny(answers) => Ok(answers),
-                    AfterPeek::Spend { spend, mut answers } => {
-                        for i in spend {
-                            answers[i] = spend_shared(&checks[i], checks[i].cost).await?;
-                        }
-                        Ok(answers)
-                    }
-                }
-            }
-        }
-    }
-
-    /// Redis (not two-tier): the enforced descriptors all or nothing in one call, when the store
-    /// can decide their keys together (one server, or one slot of a cluster); then the shadow-mode
-    /// ones, spent if the request was allowed, answered from a peek if not. `None` when the
-    /// request must be peeked instead: keys in several slots (raw store; the failure-policy
-    /// limiter peeks and spends by itself then), or an enforced cost that can never fit.
-    async fn decide_together(
-        &self,
+        limits: &Limits,
         checks: &[Check<'_>],
-        items: &[Item],
-    ) -> Result<Option<Vec<Verdict>>, BackendError> {
-        let Kind::Redis { store, .. } = &self.kind else {
-            return Ok(None);
-        };
-        let mut enforced = Vec::new();
-        for (i, check) in checks.iter().enumerate().filter(|(_, c)| c.enforce) {
-            match u32::try_from(check.cost) {
-                Ok(cost) if cost <= check.limiter.burst() => enforced.push((i, cost)),
-                // Denied whatever the store holds: the peeks answer it.
-                _ => return Ok(None),
-            }
-        }
-        let decisions = if enforced.is_empty() {
-            Vec::new()
+    ) -> Result<Vec<Decision>, BackendError> {
+        let set = &*limits.0;
+        let mut out: Vec<Option<Decision>> = vec![None; checks.len()];
+        let enforced: Vec<usize> = (0..checks.len()).filter(|&i| checks[i].enforce).collect();
+        let demands: Vec<Demand<'_>> = enforced
+            .iter()
+            .map(|&i| demand(&checks[i], checks[i].cost))
+            .collect();
+        let allowed = if demands.is_empty() {
+            true
         } else {
-            match together(store, checks, &enforced).await? {
-                Some(decisions) => decisions,
-                None => return Ok(None),
+            match set.check_all(&demands).await {
+                Ok(decisions) => {
+                    for (&i, d) in enforced.iter().zip(decisions.as_slice()) {
+                        out[i] = Some(*d);
+                    }
+                    decisions.allowed()
+                }
+                Err(SetError::Check {
+                    error: CheckError::Gcra(GcraError::InsufficientCapacity { .. }),
+                    ..
+                }) => {
+                    // Denied whatever the store holds: each is answered from a peek.
+                    for &i in &enforced {
+                        out[i] = Some(peek_answer(set, &checks[i]).await?);
+                    }
+                    false
+                }
+                Err(e) => return Err(set_error(e)),
             }
         };
-        let allowed = decisions.iter().all(|d| d.allowed);
-        let mut answers: Vec<Option<Verdict>> = vec![None; checks.len()];
-        for (&(i, _), d) in enforced.iter().zip(&decisions) {
-            answers[i] = Some(verdict(&checks[i].limiter.0, d));
-        }
-        let mut out = Vec::with_capacity(checks.len());
-        for (i, (check, answer)) in checks.iter().zip(answers).enumerate() {
-            out.push(match answer {
-                Some(answer) => answer,
-                None if allowed => spend_shared(check, check.cost).await?,
-                None => plan::from_peek(items, i, &spend_shared(check, 0).await?),
+        for (i, check) in checks.iter().enumerate().filter(|(_, c)| !c.enforce) {
+            out[i] = Some(if allowed {
+                spend_alone(set, check).await?
+            } else {
+                peek_answer(set, check).await?
             });
         }
-        Ok(Some(out))
-    }
-
-    fn decide_in_memory(
-        &self,
-        checks: &[Check<'_>],
-        items: &[Item],
-    ) -> Result<Vec<Verdict>, BackendError> {
-        let mut stripes: Vec<usize> = checks
-            .iter()
-            .map(|c| (self.hasher.hash_one((c.limiter.0.id, c.key)) as usize) % STRIPES)
-            .collect();
-        stripes.sort_unstable();
-        stripes.dedup();
-        // Locks taken in stripe order: no two requests can wait on each other.
-        let _guards: Vec<_> = stripes.iter().map(|&s| self.stripes[s].lock()).collect();
-        match plan::start(items, true) {
-            Start::Spend => checks.iter().map(|c| spend_memory(c, c.cost)).collect(),
-            Start::Peek => {
-                let peeks = checks
-                    .iter()
-                    .map(|c| spend_memory(c, 0))
-                    .collect::<Result<Vec<_>, _>>()?;
-                match plan::after_peek(items, &peeks) {
-                    AfterPeek::Deny(answers) => Ok(answers),
-                    AfterPeek::Spend { spend, mut answers } => {
-                        for i in spend {
-                            answers[i] = spend_memory(&checks[i], checks[i].cost)?;
-                        }
-                        Ok(answers)
-                    }
-                }
-            }
-        }
-    }
-}
-
-/// The `enforced` checks (index, cost) decided all or nothing in one call of `store`; `None`
-/// when their engines cannot (two-tier) or a raw store cannot decide their keys together.
-async fn together(
-    store: &RedisStore,
-    checks: &[Check<'_>],
-    enforced: &[(usize, u32)],
-) -> Result<Option<Vec<Decision>>, BackendError> {
-    let engine = |i: usize| &checks[i].limiter.0.engine;
-    if enforced
-        .iter()
-        .all(|&(i, _)| matches!(engine(i), Engine::Policy(_)))
-    {
-        let quotas: Vec<QuotaCheck<'_, RedisStore>> = enforced
-            .iter()
-            .filter_map(|&(i, cost)| match engine(i) {
-                Engine::Policy(limiter) => Some(QuotaCheck {
-                    limiter,
-                    key: checks[i].key,
-                    cost,
-                }),
-                _ => None,
-            })
-            .collect();
-        return Ok(Some(RemoteRateLimiter::check_all(&quotas).await?));
-    }
-    let mut raws = Vec::with_capacity(enforced.len());
-    for &(i, cost) in enforced {
-        let Engine::Raw(raw) = engine(i) else {
-            return Ok(None);
-        };
-        raws.push((raw, store.key(checks[i].key), cost));
-    }
-    let keys: Vec<&Vec<u8>> = raws.iter().map(|(_, key, _)| key).collect();
-    if !store.can_decide_all(&keys) {
-        return Ok(None);
-    }
-    let items: Vec<StoreItem<'_, Vec<u8>>> = raws
-        .iter()
-        .map(|(raw, key, cost)| StoreItem {
-            key,
-            rule: &raw.rule,
-            cost: *cost,
-        })
-        .collect();
-    match store.decide_all(&items).await {
-        Ok(answers) => Ok(Some(answers.into_iter().map(|a| a.decision).collect())),
-        Err(DecideAllError::Apart) => Ok(None),
-        Err(DecideAllError::Check(e)) => Err(e.into()),
-        Err(e) => Err(BackendError::Rejected(e.to_string())),
-    }
-}
-
-fn items(checks: &[Check<'_>]) -> Vec<Item> {
-    checks
-        .iter()
-        .enumerate()
-        .map(|(i, c)| Item {
-            cost: c.cost,
-            burst: c.limiter.burst(),
-            enforce: c.enforce,
-            same_key_as: checks[..i]
+        let decisions: Vec<Decision> = out.into_iter().flatten().collect();
+        if self.unavailable_is_error
+            && decisions
                 .iter()
-                .position(|o| Arc::ptr_eq(&o.limiter.0, &c.limiter.0) && o.key == c.key),
-        })
-        .collect()
-}
-
-fn verdict(limiter: &LimiterInner, d: &Decision) -> Verdict {
-    Verdict {
-        allowed: d.allowed,
-        limit: d.limit,
-        remaining: d.remaining().unwrap_or(0),
-        reset_after: d.reset_after().unwrap_or_default(),
-        retry_after: d.retry_after,
-        interval: limiter.interval,
-        degraded: d.degraded.is_some(),
+                .any(|d| d.degraded == Some(Degradation::FailClosed))
+        {
+            return Err(BackendError::Unavailable(
+                "Redis did not answer in time (the warning logged by flowguard::gcra::remote \
+                 says how)"
+                    .into(),
+            ));
+        }
+        Ok(decisions)
     }
 }
 
-/// A cost no store can ever grant (above the burst): denied, with no retry time.
-fn never(limiter: &LimiterInner) -> Verdict {
-    Verdict {
-        allowed: false,
-        limit: limiter.burst,
-        remaining: 0,
-        reset_after: Duration::ZERO,
-        retry_after: None,
-        interval: limiter.interval,
-        degraded: false,
+/// A check as a demand of `cost` tokens (`u32::MAX` stands for any larger cost: above every
+/// burst either way).
+fn demand<'a>(check: &Check<'a>, cost: u64) -> Demand<'a> {
+    Demand {
+        limit: check.limit,
+        key: check.key,
+        cost: u32::try_from(cost).unwrap_or(u32::MAX),
     }
 }
 
-fn spend_memory(check: &Check<'_>, cost: u64) -> Result<Verdict, BackendError> {
-    let limiter = &check.limiter.0;
-    let Engine::Memory(keyed) = &limiter.engine else {
-        return Err(BackendError::Rejected(
-            "an in-memory decision reached a shared limiter".into(),
-        ));
-    };
-    let Ok(cost) = u32::try_from(cost) else {
-        return Ok(never(limiter));
-    };
-    match keyed.check_key_n(check.key, cost) {
-        Ok(d) => Ok(verdict(limiter, &d)),
-        Err(GcraError::InsufficientCapacity { .. }) => Ok(never(limiter)),
-        Err(e) => Err(e.into()),
+/// One check decided alone (spent if it fits); a cost above the burst is [`never`].
+async fn spend_alone(set: &dyn LimitSet, check: &Check<'_>) -> Result<Decision, BackendError> {
+    match set.check_all(&[demand(check, check.cost)]).await {
+        Ok(decisions) => Ok(decisions[0]),
+        Err(SetError::Check {
+            error: CheckError::Gcra(GcraError::InsufficientCapacity { .. }),
+            ..
+        }) => peek_answer(set, check).await,
+        Err(e) => Err(set_error(e)),
     }
 }
 
-async fn spend_shared(check: &Check<'_>, cost: u64) -> Result<Verdict, BackendError> {
-    let limiter = &check.limiter.0;
-    let Ok(cost) = u32::try_from(cost) else {
-        return Ok(never(limiter));
-    };
-    let decided = match &limiter.engine {
-        Engine::Memory(keyed) => keyed.check_key_n(check.key, cost).map_err(CheckError::Gcra),
-        Engine::Raw(raw) => raw.decide(check.key, cost).await,
-        Engine::Policy(redis) => redis.check_key_n(check.key, cost).await,
-        Engine::TwoTier(two_tier) => two_tier.check_key_n(check.key, cost).await,
-    };
-    match decided {
-        Ok(d) => Ok(verdict(limiter, &d)),
-        Err(CheckError::Gcra(GcraError::InsufficientCapacity { .. })) => Ok(never(limiter)),
-        Err(e) => Err(e.into()),
+/// A check's answer from a peek, spending nothing: allowed when its cost fits now, otherwise
+/// denied with no retry time.
+async fn peek_answer(set: &dyn LimitSet, check: &Check<'_>) -> Result<Decision, BackendError> {
+    let mut peek = set
+        .check_all(&[demand(check, 0)])
+        .await
+        .map_err(set_error)?[0];
+    let fits = peek.allowed && peek.remaining().is_some_and(|r| u64::from(r) >= check.cost);
+    if !fits {
+        peek.allowed = false;
+        peek.retry_after = None;
+    }
+    Ok(peek)
+}
+
+fn set_error(e: SetError) -> BackendError {
+    match e {
+        SetError::Check { error, .. } => error.into(),
+        other => BackendError::Rejected(other.to_string()),
     }
 }
 
@@ -694,82 +547,93 @@ mod tests {
     use super::*;
     use crate::config::Unit;
 
-    /// One token from the wide quota and one from the narrow one, as one request.
-    fn pair<'a>(wide: &'a Limiter, narrow: &'a Limiter) -> [Check<'a>; 2] {
-        [
-            Check {
-                limiter: wide,
-                key: b"w",
-                cost: 1,
-                enforce: true,
-            },
-            Check {
-                limiter: narrow,
-                key: b"n",
-                cost: 1,
-                enforce: true,
-            },
-        ]
-    }
-
-    fn per_day(n: u32) -> Rate {
+    fn per_minute(n: u32) -> Rate {
         Rate {
             requests_per_unit: n,
-            unit: Unit::Day,
+            unit: Unit::Minute,
             burst: None,
         }
     }
 
-    /// Many threads race requests naming {wide, narrow} against requests naming {narrow} alone.
-    /// `wide` is spent exactly once per allowed pair: no pair ever spends `wide` and is then
-    /// denied on `narrow` (which a peek-then-spend without the key locks would allow).
-    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-    async fn in_memory_a_denied_request_never_spends_under_contention() {
-        let backend = Arc::new(
-            Backend::open(&StoreConfig::Memory { max_keys: 1024 })
-                .await
-                .unwrap(),
+    fn check(limit: usize, key: &[u8], cost: u64, enforce: bool) -> Check<'_> {
+        Check {
+            limit,
+            key,
+            cost,
+            enforce,
+        }
+    }
+
+    async fn memory() -> Backend {
+        Backend::open(&StoreConfig::Memory { max_keys: 64 })
+            .await
+            .unwrap()
+    }
+
+    async fn remaining(backend: &Backend, limit: usize, key: &[u8]) -> u32 {
+        let peek = [check(limit, key, 0, true)];
+        let d = backend.decide(&backend.limits(), &peek).await.unwrap();
+        d[0].remaining().unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_cost_above_a_burst_denies_without_a_retry_time_and_spends_nothing() {
+        let backend = memory().await;
+        let (wide, narrow) = (
+            backend.limit(&per_minute(10)).unwrap(),
+            backend.limit(&per_minute(3)).unwrap(),
         );
-        // One token back every 8,640 s: nothing comes back while the test runs.
-        let wide = backend
-            .limiter(&Rate {
-                requests_per_unit: 10,
-                unit: Unit::Day,
-                burst: Some(5000),
-            })
-            .unwrap();
-        let narrow = backend.limiter(&per_day(200)).unwrap();
-        // One pair before the contention, so the test always exercises an allowed pair (which
-        // task wins the narrow quota under contention is up to the scheduler).
-        let verdicts = backend.decide(&pair(&wide, &narrow)).await.unwrap();
-        assert!(verdicts.iter().all(|v| v.allowed));
-        let mut tasks = Vec::new();
-        for task in 0..8 {
-            let (backend, wide, narrow) = (backend.clone(), wide.clone(), narrow.clone());
-            tasks.push(tokio::spawn(async move {
-                let mut pairs_allowed = 0u32;
-                for _ in 0..200 {
-                    let pair = pair(&wide, &narrow);
-                    let checks = if task % 2 == 0 { &pair[..] } else { &pair[1..] };
-                    let verdicts = backend.decide(checks).await.unwrap();
-                    if task % 2 == 0 && verdicts.iter().all(|v| v.allowed) {
-                        pairs_allowed += 1;
-                    }
-                }
-                pairs_allowed
-            }));
-        }
-        let mut pairs_allowed = 1;
-        for t in tasks {
-            pairs_allowed += t.await.unwrap();
-        }
-        let peek = [Check {
-            limiter: &wide,
-            key: b"w",
-            cost: 0,
-            enforce: true,
-        }];
-        let left = backend.decide(&peek).await.unwrap()[0].remaining;
-        assert_eq!(5000 - left, pairs_allowed);
+        let limits = backend.limits();
+        let request = [check(wide, b"w", 2, true), check(narrow, b"n", 4, true)];
+        let d = backend.decide(&limits, &request).await.unwrap();
+        assert!(d[0].allowed, "the wide one alone would fit");
+        assert!(!d[1].allowed);
+        assert_eq!(d[1].retry_after, None, "it never fits");
+        assert_eq!(remaining(&backend, wide, b"w").await, 10);
+        assert_eq!(remaining(&backend, narrow, b"n").await, 3);
+    }
+
+    #[tokio::test]
+    async fn shadow_checks_never_deny_and_are_spent_only_with_an_allowed_request() {
+        let backend = memory().await;
+        let (enforced, shadow) = (
+            backend.limit(&per_minute(1)).unwrap(),
+            backend.limit(&per_minute(2)).unwrap(),
+        );
+        let limits = backend.limits();
+        let request = [
+            check(enforced, b"e", 1, true),
+            check(shadow, b"s", 1, false),
+        ];
+        let first = backend.decide(&limits, &request).await.unwrap();
+        assert!(first.iter().all(|d| d.allowed));
+        assert_eq!(remaining(&backend, shadow, b"s").await, 1);
+        // Denied by the enforced one: the shadow one is peeked, not spent.
+        let second = backend.decide(&limits, &request).await.unwrap();
+        assert!(!second[0].allowed);
+        assert!(second[1].allowed, "it would fit");
+        assert_eq!(remaining(&backend, shadow, b"s").await, 1);
+        // A shadow check over its limit alone: answered denied, the request allowed.
+        let alone = [check(shadow, b"s", 2, false)];
+        let d = backend.decide(&limits, &alone).await.unwrap();
+        assert!(!d[0].allowed);
+        assert_eq!(remaining(&backend, shadow, b"s").await, 1);
+    }
+
+    #[tokio::test]
+    async fn rates_keep_their_limit_and_state_as_rates_are_added() {
+        let backend = memory().await;
+        let a = backend.limit(&per_minute(5)).unwrap();
+        let before = backend.limits();
+        let spend = [check(a, b"k", 2, true)];
+        assert!(backend.decide(&before, &spend).await.unwrap()[0].allowed);
+        let b = backend.limit(&per_minute(7)).unwrap();
+        assert_eq!((a, b), (0, 1));
+        assert_eq!(backend.limit(&per_minute(5)).unwrap(), a);
+        // The set taken before the new rate and the one after share limit 0's state.
+        assert_eq!(remaining(&backend, a, b"k").await, 3);
+        assert!(backend.decide(&before, &spend).await.unwrap()[0].allowed);
+        assert_eq!(remaining(&backend, a, b"k").await, 1);
+        assert_eq!(remaining(&backend, b, b"k").await, 7);
     }
 }

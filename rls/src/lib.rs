@@ -5,10 +5,10 @@
 //!
 //! * [`config`]: envoyproxy/ratelimit's YAML format, parsed and checked, and descriptor matching.
 //! * [`source`] / [`reload`]: reading the files, and swapping in changed ones.
-//! * [`plan`]: deciding several descriptors as one request (what to peek, what to spend).
-//! * [`backend`]: the only place that calls the GCRA stores (memory, Redis, two-tier).
-//! * [`service`]: the gRPC service; [`headers`]: the response headers; [`metrics`]: metric names
-//!   and the Prometheus exporter.
+//! * [`backend`]: the only place that calls flowguard's GCRA: every rate a limit of one
+//!   `LimitSet` (in memory, Redis, two-tier), a request's descriptors decided through it.
+//! * [`service`]: the gRPC service (its response headers are written by `flowguard::headers`);
+//!   [`metrics`]: metric names and the Prometheus exporter.
 //! * [`debug`]: the debug HTTP listener (`/metrics`, `/healthcheck`, `/rlconfig`, `/json`);
 //!   [`json`]: the JSON form of `ShouldRateLimit`; [`logging`]: text or JSON logs.
 
@@ -17,12 +17,10 @@
 pub mod backend;
 pub mod config;
 pub mod debug;
-pub mod headers;
 pub mod json;
 mod key;
 pub mod logging;
 pub mod metrics;
-pub mod plan;
 pub mod reload;
 pub mod rules;
 pub mod service;

@@ -18,9 +18,9 @@ use std::time::Duration;
 
 use clap::{Parser, ValueEnum};
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitServiceServer;
+use flowguard::headers::HeaderStyle;
 use flowguard_rls::backend::{Backend, OnFailure, OpenError, RedisConfig, StoreConfig};
 use flowguard_rls::debug::{self, Debug, Health};
-use flowguard_rls::headers::HeaderStyle;
 use flowguard_rls::logging::{self, LogFormat};
 use flowguard_rls::reload::{Reloader, load};
 use flowguard_rls::rules::Rules;
@@ -93,9 +93,14 @@ struct Args {
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
 enum Headers {
+    /// None, as envoyproxy/ratelimit by default.
     Off,
+    /// RateLimit-Policy and RateLimit (draft-ietf-httpapi-ratelimit-headers), Retry-After.
     Ietf,
+    /// X-RateLimit-Limit, -Remaining, -Reset, Retry-After.
     Legacy,
+    /// Both sets.
+    Both,
 }
 
 fn parse_on_failure(text: &str) -> Result<OnFailure, String> {
@@ -198,9 +203,10 @@ async fn run(args: Args) -> ExitCode {
     tokio::spawn(reloader.run(interval, backend.clone(), rules.clone()));
 
     let headers = match args.response_headers {
-        Headers::Off => HeaderStyle::Off,
-        Headers::Ietf => HeaderStyle::Ietf,
-        Headers::Legacy => HeaderStyle::Legacy,
+        Headers::Off => None,
+        Headers::Ietf => Some(HeaderStyle::Ietf),
+        Headers::Legacy => Some(HeaderStyle::Legacy),
+        Headers::Both => Some(HeaderStyle::Both),
     };
     let service =
         RateLimiter::new(rules.clone(), backend.clone(), headers).shadow_mode(args.shadow_mode);

@@ -1,39 +1,62 @@
-//! [`RuleSet`]: a loaded configuration with a limiter for every rate, and the handle through which
+//! [`RuleSet`]: a loaded configuration with a limit for every rate, and the handle through which
 //! requests see the current one while reloads swap it.
 
 use std::sync::Arc;
 
 use parking_lot::RwLock;
 
-use super::backend::{Backend, Limiter};
+use flowguard::headers::{PolicyName, QuotaPolicy};
+
+use super::backend::{Backend, Limits};
 use super::config::{ConfigError, ConfigSet, Limit, LimitRule};
 
-/// A configuration ready to serve: every rule with a rate has its limiter.
+/// A rule's limit: its number in the set, and the `RateLimit-Policy` it is described by.
+#[derive(Clone, Debug)]
+pub struct RuleLimit {
+    /// The limit number in [`RuleSet::limits`].
+    pub limit: usize,
+    /// The policy the response headers name: the rule's `name`, else its configured path.
+    pub policy: QuotaPolicy,
+}
+
+/// A configuration ready to serve: every rule with a rate has its limit in one set.
 #[derive(Debug)]
 pub struct RuleSet {
     config: ConfigSet,
-    limiters: Vec<Option<Limiter>>,
+    rule_limits: Vec<Option<RuleLimit>>,
+    limits: Limits,
 }
 
 impl RuleSet {
-    /// Gets a limiter for every rate of `config` from `backend`. A rate the backend cannot
+    /// Gets a limit for every rate of `config` from `backend`. A rate the backend cannot
     /// enforce is an error at the rule's place in its file.
     pub fn compile(config: ConfigSet, backend: &Backend) -> Result<RuleSet, ConfigError> {
-        let mut limiters = vec![None; config.rule_count()];
+        let mut rule_limits = vec![None; config.rule_count()];
         for rule in config.rules() {
             if let Limit::Rate(rate) = &rule.limit {
-                let limiter = backend.limiter(rate).map_err(|problem| ConfigError {
+                let at_rate = |problem| ConfigError {
                     location: {
                         let mut at = rule.location.clone();
                         at.path.push_str(".rate_limit");
                         at
                     },
                     problem,
-                })?;
-                limiters[rule.id] = Some(limiter);
+                };
+                let limit = backend.limit(rate).map_err(at_rate)?;
+                let quota = crate::backend::quota(rate).map_err(at_rate)?;
+                rule_limits[rule.id] = Some(RuleLimit {
+                    limit,
+                    policy: quota.rate_limit_policy(policy_name(rule)),
+                });
             }
         }
-        Ok(RuleSet { config, limiters })
+        // Taken after every rate was added: the set has them all.
+        let limits = backend.limits();
+        Ok(RuleSet {
+            config,
+            rule_limits,
+            limits,
+        })
     }
 
     /// The configuration.
@@ -41,10 +64,28 @@ impl RuleSet {
         &self.config
     }
 
-    /// The limiter of a rule with a rate.
-    pub fn limiter(&self, rule: &LimitRule) -> Option<&Limiter> {
-        self.limiters.get(rule.id).and_then(Option::as_ref)
+    /// The limit of a rule with a rate.
+    pub fn limit(&self, rule: &LimitRule) -> Option<&RuleLimit> {
+        self.rule_limits.get(rule.id).and_then(Option::as_ref)
     }
+
+    /// The set every rule's limit is in.
+    pub fn limits(&self) -> &Limits {
+        &self.limits
+    }
+}
+
+/// The rule's `name`, else its configured path, as a policy name: characters a header cannot
+/// carry (outside printable ASCII) become `?`.
+fn policy_name(rule: &LimitRule) -> PolicyName {
+    let name: String = rule
+        .name
+        .as_deref()
+        .unwrap_or(&rule.stat_path)
+        .chars()
+        .map(|c| if matches!(c, ' '..='~') { c } else { '?' })
+        .collect();
+    PolicyName::new(name).unwrap_or_default()
 }
 
 /// The rule set in force, swapped whole by reloads: a request holds the set it started with until

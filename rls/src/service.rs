@@ -2,7 +2,7 @@
 
 use std::collections::HashSet;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use envoy_types::pb::envoy::config::core::v3::HeaderValue;
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
@@ -15,13 +15,14 @@ use envoy_types::pb::google::protobuf::Duration as PbDuration;
 use parking_lot::Mutex;
 use tonic::{Request, Response, Status};
 
-use super::backend::{Backend, Check, Limiter};
+use flowguard::gcra::Decision;
+use flowguard::headers::HeaderStyle;
+
+use super::backend::{Backend, Check};
 use super::config::{Limit, LimitRule, Lookup, Rate, Unit};
-use super::headers::{Described, HeaderStyle, response_headers};
 use super::key::limiter_key;
 use super::metrics as names;
-use super::plan::Verdict;
-use super::rules::{RuleSet, Rules};
+use super::rules::{RuleLimit, RuleSet, Rules};
 
 /// The gRPC rate limit service: matches each descriptor against the rules in force and decides it
 /// with the backend.
@@ -35,7 +36,7 @@ use super::rules::{RuleSet, Rules};
 pub struct RateLimiter {
     rules: Rules,
     backend: Arc<Backend>,
-    headers: HeaderStyle,
+    headers: Option<HeaderStyle>,
     unknown: Arc<UnknownDomains>,
     /// Global shadow mode: every rule is decided and counted as if it had `shadow_mode: true`.
     shadow_mode: bool,
@@ -84,7 +85,7 @@ enum Plan<'r> {
     Limited {
         rule: &'r LimitRule,
         rate: Rate,
-        limiter: &'r Limiter,
+        limit: &'r RuleLimit,
         key: Vec<u8>,
         cost: u64,
         check: usize,
@@ -92,8 +93,10 @@ enum Plan<'r> {
 }
 
 impl RateLimiter {
-    /// A service answering from `rules` (swapped by reloads) with `backend`.
-    pub fn new(rules: Rules, backend: Arc<Backend>, headers: HeaderStyle) -> RateLimiter {
+    /// A service answering from `rules` (swapped by reloads) with `backend`, describing the
+    /// decisive descriptor in the response headers of `headers` (none when `None`, the
+    /// default of envoyproxy/ratelimit).
+    pub fn new(rules: Rules, backend: Arc<Backend>, headers: Option<HeaderStyle>) -> RateLimiter {
         RateLimiter {
             rules,
             backend,
@@ -139,12 +142,12 @@ impl RateLimiter {
             .filter_map(|p| match p {
                 Plan::Limited {
                     rule,
-                    limiter,
+                    limit,
                     key,
                     cost,
                     ..
                 } => Some(Check {
-                    limiter,
+                    limit: limit.limit,
                     key,
                     cost: *cost,
                     enforce: !self.shadowed(rule),
@@ -155,7 +158,7 @@ impl RateLimiter {
         let verdicts = if checks.is_empty() {
             Vec::new()
         } else {
-            self.backend.decide(&checks).await.map_err(|e| {
+            self.backend.decide(rules.limits(), &checks).await.map_err(|e| {
                 ::metrics::counter!(names::BACKEND_ERRORS, "kind" => e.kind()).increment(1);
                 tracing::warn!(error = %e, domain, "rate limit store failed; answering UNAVAILABLE \
                     (Envoy's failure_mode_deny decides; --on-redis-failure answers instead)");
@@ -174,11 +177,12 @@ impl RateLimiter {
         domain: &str,
         request: &RateLimitRequest,
         plans: &[Plan<'_>],
-        verdicts: &[Verdict],
+        verdicts: &[Decision],
     ) -> RateLimitResponse {
         let mut over_limit = false;
         let mut statuses = Vec::with_capacity(plans.len());
-        let mut described = Vec::new();
+        // The decisive descriptor, for the headers: its decision and policy.
+        let mut described: Vec<(&Decision, &RuleLimit)> = Vec::new();
         for (plan, descriptor) in plans.iter().zip(&request.descriptors) {
             let status = match plan {
                 Plan::NoRule => {
@@ -199,9 +203,14 @@ impl RateLimiter {
                     }
                 }
                 Plan::Limited {
-                    rule, rate, check, ..
+                    rule,
+                    rate,
+                    check,
+                    limit,
+                    ..
                 } => {
                     let verdict = &verdicts[*check];
+                    let degraded = verdict.degraded.is_some();
                     let outcome = match (verdict.allowed, self.shadowed(rule)) {
                         (true, _) => "ok",
                         (false, true) => "shadow_over_limit",
@@ -213,18 +222,17 @@ impl RateLimiter {
                         _ => None,
                     };
                     count(domain, rule, descriptor, outcome, extra);
-                    if verdict.degraded {
+                    if degraded {
                         count_degraded(domain, rule, descriptor);
                     }
-                    let denied = !verdict.allowed && !self.shadowed(rule);
+                    let enforced = !self.shadowed(rule);
+                    let denied = !verdict.allowed && enforced;
                     over_limit |= denied;
-                    described.push(Described {
-                        name: rule.name.as_deref().unwrap_or(&rule.stat_path),
-                        verdict,
-                        enforce: !self.shadowed(rule),
-                    });
+                    if enforced && !degraded {
+                        described.push((verdict, limit));
+                    }
                     let code = if denied { Code::OverLimit } else { Code::Ok } as i32;
-                    if verdict.degraded {
+                    if degraded {
                         // A failure policy answered: the store's numbers are not known, so
                         // none are reported (Envoy leaves a status without a current limit
                         // out of its rate-limit headers).
@@ -236,8 +244,8 @@ impl RateLimiter {
                         DescriptorStatus {
                             code,
                             current_limit: Some(current_limit(rule, rate)),
-                            limit_remaining: verdict.remaining,
-                            duration_until_reset: Some(pb_duration(verdict.reset_after)),
+                            limit_remaining: verdict.remaining().unwrap_or(0),
+                            duration_until_reset: verdict.reset_after().map(pb_duration),
                             quota: None,
                         }
                     }
@@ -245,14 +253,10 @@ impl RateLimiter {
             };
             statuses.push(status);
         }
-        let response_headers_to_add = response_headers(self.headers, over_limit, &described)
-            .into_iter()
-            .map(|(key, value)| HeaderValue {
-                key: key.to_string(),
-                value,
-                raw_value: Vec::new(),
-            })
-            .collect();
+        let response_headers_to_add = match self.headers {
+            Some(style) => response_headers(style, over_limit, &described),
+            None => Vec::new(),
+        };
         RateLimitResponse {
             overall_code: if over_limit {
                 Code::OverLimit
@@ -264,6 +268,38 @@ impl RateLimiter {
             ..Default::default()
         }
     }
+}
+
+/// The headers describing the descriptor that decided, written by the library's header model:
+/// when the request is over limit, the enforced descriptor that frees up last (one that never
+/// fits first); otherwise the enforced descriptor with the fewest tokens left. Descriptors a
+/// failure policy answered are never described: their numbers are not known.
+fn response_headers(
+    style: HeaderStyle,
+    over_limit: bool,
+    described: &[(&Decision, &RuleLimit)],
+) -> Vec<HeaderValue> {
+    let candidates = described
+        .iter()
+        .filter(|(decision, _)| decision.allowed != over_limit);
+    let chosen = if over_limit {
+        candidates.max_by_key(|(d, _)| d.retry_after.map_or(Duration::MAX, |r| r))
+    } else {
+        candidates.min_by_key(|(d, _)| d.remaining())
+    };
+    let Some((decision, limit)) = chosen else {
+        return Vec::new();
+    };
+    let mut headers = axum::http::HeaderMap::new();
+    decision.write_headers(&limit.policy, style, &mut headers);
+    headers
+        .iter()
+        .map(|(name, value)| HeaderValue {
+            key: name.as_str().to_string(),
+            value: String::from_utf8_lossy(value.as_bytes()).into_owned(),
+            raw_value: Vec::new(),
+        })
+        .collect()
 }
 
 /// Matches every descriptor and computes its key and cost.
@@ -298,7 +334,7 @@ fn plan_descriptors<'r>(
                 Lookup::Rule(rule) => match rule.limit {
                     Limit::Unlimited => Plan::Unlimited(rule),
                     Limit::Rate(rate) => {
-                        let limiter = rules.limiter(rule).ok_or_else(|| {
+                        let limit = rules.limit(rule).ok_or_else(|| {
                             Status::internal(format!(
                                 "rule at {} has no limiter: the configuration was not compiled",
                                 rule.location
@@ -309,7 +345,7 @@ fn plan_descriptors<'r>(
                         Plan::Limited {
                             rule,
                             rate,
-                            limiter,
+                            limit,
                             key: limiter_key(&request.domain, entries()),
                             cost: descriptor
                                 .hits_addend

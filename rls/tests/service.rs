@@ -240,17 +240,24 @@ async fn an_unknown_domain_is_ok_without_limits_and_an_empty_one_is_refused() {
     assert_eq!(none.unwrap_err().code(), tonic::Code::InvalidArgument);
 }
 
+/// The headers a response asks Envoy to add, as (name, value).
+fn added_headers(
+    answer: &envoy_types::pb::envoy::service::ratelimit::v3::RateLimitResponse,
+) -> Vec<(&str, &str)> {
+    answer
+        .response_headers_to_add
+        .iter()
+        .map(|h| (h.key.as_str(), h.value.as_str()))
+        .collect()
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn response_headers_follow_the_ietf_fields_when_asked() {
     let rls = shop(&["--response-headers", "ietf"]);
     let mut client = rls.client().await;
     let strict = request("shop", &[&[("strict", "h")], &[("bulk", "h")]]);
     let answer = ask(&mut client, strict.clone()).await;
-    let headers: Vec<_> = answer
-        .response_headers_to_add
-        .iter()
-        .map(|h| (h.key.as_str(), h.value.as_str()))
-        .collect();
+    let headers = added_headers(&answer);
     assert_eq!(
         headers,
         [
@@ -270,6 +277,19 @@ async fn response_headers_follow_the_ietf_fields_when_asked() {
     let mut client = plain.client().await;
     let answer = ask(&mut client, request("shop", &[&[("strict", "h")]])).await;
     assert!(answer.response_headers_to_add.is_empty());
+    // The legacy fields, from the same header model.
+    let legacy = shop(&["--response-headers", "legacy"]);
+    let mut client = legacy.client().await;
+    let answer = ask(&mut client, request("shop", &[&[("bulk", "l")]])).await;
+    let headers = added_headers(&answer);
+    assert_eq!(
+        headers,
+        [
+            ("x-ratelimit-limit", "5"),
+            ("x-ratelimit-remaining", "4"),
+            ("x-ratelimit-reset", "12")
+        ]
+    );
 }
 
 const V1: &str = "
