@@ -234,6 +234,16 @@ impl std::fmt::Debug for Limits {
 }
 
 impl Limits {
+    /// How many limits the set has (numbered from 0).
+    pub fn len(&self) -> usize {
+        self.0.limits()
+    }
+
+    /// Whether the set has no limit.
+    pub fn is_empty(&self) -> bool {
+        self.0.limits() == 0
+    }
+
     /// The quota of limit `limit`.
     pub fn quota(&self, limit: usize) -> Option<Quota> {
         self.0.quota(limit)
@@ -422,6 +432,16 @@ impl Backend {
         registry.numbers.insert(*rate, number);
         registry.set = set;
         Ok(number)
+    }
+
+    /// How many distinct rates have a limit.
+    pub fn rate_count(&self) -> usize {
+        self.registry.lock().numbers.len()
+    }
+
+    /// Whether `rate` has a limit.
+    pub fn has_rate(&self, rate: &Rate) -> bool {
+        self.registry.lock().numbers.contains_key(rate)
     }
 
     /// The set over every limit so far: a configuration compiled before this call finds all of

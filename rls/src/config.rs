@@ -42,6 +42,12 @@ pub enum Unit {
     Hour,
     /// One day (86,400 s).
     Day,
+    /// One week (7 days).
+    Week,
+    /// One month: 30 days, as envoyproxy/ratelimit counts it.
+    Month,
+    /// One year: 365 days, as envoyproxy/ratelimit counts it.
+    Year,
 }
 
 impl Unit {
@@ -52,6 +58,9 @@ impl Unit {
             Unit::Minute => 60,
             Unit::Hour => 3600,
             Unit::Day => 86_400,
+            Unit::Week => 7 * 86_400,
+            Unit::Month => 30 * 86_400,
+            Unit::Year => 365 * 86_400,
         })
     }
 
@@ -62,6 +71,9 @@ impl Unit {
             Unit::Minute => "MINUTE",
             Unit::Hour => "HOUR",
             Unit::Day => "DAY",
+            Unit::Week => "WEEK",
+            Unit::Month => "MONTH",
+            Unit::Year => "YEAR",
         }
     }
 
@@ -71,6 +83,9 @@ impl Unit {
             "minute" => Some(Unit::Minute),
             "hour" => Some(Unit::Hour),
             "day" => Some(Unit::Day),
+            "week" => Some(Unit::Week),
+            "month" => Some(Unit::Month),
+            "year" => Some(Unit::Year),
             _ => None,
         }
     }
@@ -103,6 +118,9 @@ pub struct LimitRule {
     pub limit: Limit,
     /// `rate_limit.name`, reported in `current_limit.name`.
     pub name: Option<String>,
+    /// `rate_limit.replaces[].name`: when this rule applies, rules with these names in the same
+    /// request are not applied (as envoyproxy/ratelimit does).
+    pub replaces: Vec<String>,
     /// `shadow_mode`: decide and count, but always answer OK.
     pub shadow_mode: bool,
     /// `detailed_metric`: label metrics with the request's values rather than the config path.
@@ -413,7 +431,14 @@ struct RawRateLimit {
     unlimited: bool,
     name: Option<String>,
     burst: Option<u32>,
-    replaces: Option<serde_norway::Value>,
+    #[serde(default)]
+    replaces: Vec<RawReplace>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawReplace {
+    name: Option<String>,
 }
 
 /// Parses one file's text into a domain. `file` is only used in errors.
@@ -544,13 +569,26 @@ fn parse_rule(
     stat_path: String,
 ) -> Result<LimitRule, ConfigError> {
     let at = |field: &str| format!("{here}.rate_limit.{field}");
-    if rl.replaces.is_some() {
-        return Err(ConfigError::new(
-            file,
-            at("replaces"),
-            "`replaces` is not supported by flowguard-rls: every matched descriptor is checked \
-             against its own limit; remove it",
-        ));
+    let mut replaces = Vec::with_capacity(rl.replaces.len());
+    for (i, replace) in rl.replaces.iter().enumerate() {
+        let name = match replace.name.as_deref() {
+            Some(name) if !name.is_empty() => name,
+            _ => {
+                return Err(ConfigError::new(
+                    file,
+                    format!("{here}.rate_limit.replaces[{i}].name"),
+                    "a `replaces` entry names the rate limit it replaces: give it a non-empty `name`",
+                ));
+            }
+        };
+        if rl.name.as_deref() == Some(name) {
+            return Err(ConfigError::new(
+                file,
+                format!("{here}.rate_limit.replaces[{i}].name"),
+                format!("the rate limit {name:?} replaces itself: name another rate limit"),
+            ));
+        }
+        replaces.push(name.to_string());
     }
     let limit = if rl.unlimited {
         if rl.unit.is_some() || rl.requests_per_unit.is_some() || rl.burst.is_some() {
@@ -567,14 +605,16 @@ fn parse_rule(
             ConfigError::new(
                 file,
                 at("unit"),
-                "missing `unit`: use second, minute, hour or day",
+                "missing `unit`: use second, minute, hour, day, week, month or year",
             )
         })?;
         let unit = Unit::parse(unit_text).ok_or_else(|| {
             ConfigError::new(
                 file,
                 at("unit"),
-                format!("unknown unit {unit_text:?}: use second, minute, hour or day"),
+                format!(
+                    "unknown unit {unit_text:?}: use second, minute, hour, day, week, month or year"
+                ),
             )
         })?;
         let requests_per_unit = match rl.requests_per_unit {
@@ -612,6 +652,7 @@ fn parse_rule(
     Ok(LimitRule {
         limit,
         name: rl.name.clone(),
+        replaces,
         shadow_mode: raw.shadow_mode,
         detailed_metric: raw.detailed_metric,
         stat_path,

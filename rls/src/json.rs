@@ -100,8 +100,8 @@ pub fn request(body: &[u8]) -> Result<RateLimitRequest, String> {
                     requests_per_unit: o.requests_per_unit,
                     unit: RateLimitUnit::from_str_name(&o.unit).ok_or_else(|| {
                         format!(
-                            "unknown limit unit {:?}: use SECOND, MINUTE, HOUR, DAY, WEEK, \
-                                 MONTH or YEAR",
+                            "unknown limit unit {:?}: use SECOND, MINUTE, HOUR, DAY, MONTH or \
+                                 YEAR",
                             o.unit
                         )
                     })? as i32,

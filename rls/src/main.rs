@@ -27,6 +27,7 @@ use flowguard_rls::rules::Rules;
 use flowguard_rls::service::RateLimiter;
 use flowguard_rls::source::ConfigSource;
 use tonic::transport::server::TcpIncoming;
+use tonic::transport::{Certificate, Identity, ServerTlsConfig};
 
 /// A global rate limit service for Envoy (envoy.service.ratelimit.v3) on flowguard's GCRA.
 #[derive(Parser, Debug)]
@@ -38,6 +39,15 @@ struct Args {
     /// The gRPC address to serve on (port 0 picks a free port; the address is printed).
     #[arg(long, default_value = "127.0.0.1:8081")]
     listen: SocketAddr,
+    /// Serve gRPC over TLS with this PEM certificate chain (with --grpc-tls-key).
+    #[arg(long, requires = "grpc_tls_key", value_name = "PEM")]
+    grpc_tls_cert: Option<PathBuf>,
+    /// The PEM private key of --grpc-tls-cert.
+    #[arg(long, requires = "grpc_tls_cert", value_name = "PEM")]
+    grpc_tls_key: Option<PathBuf>,
+    /// Mutual TLS: accept only clients whose certificate this PEM CA signed.
+    #[arg(long, requires = "grpc_tls_cert", value_name = "PEM")]
+    grpc_tls_client_ca: Option<PathBuf>,
     /// The debug HTTP address: /metrics (Prometheus), /healthcheck, /rlconfig and POST /json.
     #[arg(long, default_value = "127.0.0.1:6070", value_name = "ADDR")]
     debug_listen: SocketAddr,
@@ -193,6 +203,10 @@ async fn run(args: Args) -> ExitCode {
         );
         return ExitCode::SUCCESS;
     }
+    let tls = match tls_config(&args) {
+        Ok(tls) => tls,
+        Err(e) => return fail(2, e),
+    };
     let metrics = match flowguard_rls::metrics::install_exporter() {
         Ok(handle) => handle,
         Err(e) => return fail(1, e),
@@ -274,7 +288,14 @@ async fn run(args: Args) -> ExitCode {
             .set_not_serving::<RateLimitServiceServer<RateLimiter>>()
             .await;
     };
-    let served = tonic::transport::Server::builder()
+    let mut server = tonic::transport::Server::builder();
+    if let Some(tls) = tls {
+        server = match server.tls_config(tls) {
+            Ok(server) => server,
+            Err(e) => return fail(2, format!("--grpc-tls-cert / --grpc-tls-key: {e}")),
+        };
+    }
+    let served = server
         .add_service(health_service)
         .add_service(RateLimitServiceServer::new(service))
         .serve_with_incoming_shutdown(incoming, shutdown)
@@ -290,6 +311,25 @@ async fn run(args: Args) -> ExitCode {
         }
         Err(e) => fail(1, format!("server failed: {e}")),
     }
+}
+
+/// The TLS configuration of the gRPC listener, `None` without `--grpc-tls-cert`; the error
+/// names the flag whose file cannot be read.
+fn tls_config(args: &Args) -> Result<Option<ServerTlsConfig>, String> {
+    let (Some(cert), Some(key)) = (&args.grpc_tls_cert, &args.grpc_tls_key) else {
+        return Ok(None);
+    };
+    let read = |flag: &str, path: &PathBuf| {
+        std::fs::read(path).map_err(|e| format!("{flag} {}: cannot read it: {e}", path.display()))
+    };
+    let mut tls = ServerTlsConfig::new().identity(Identity::from_pem(
+        read("--grpc-tls-cert", cert)?,
+        read("--grpc-tls-key", key)?,
+    ));
+    if let Some(ca) = &args.grpc_tls_client_ca {
+        tls = tls.client_ca_root(Certificate::from_pem(read("--grpc-tls-client-ca", ca)?));
+    }
+    Ok(Some(tls))
 }
 
 /// SIGTERM (what orchestrators send) or Ctrl-C, with the handlers installed at once: a signal

@@ -15,11 +15,13 @@ use envoy_types::pb::google::protobuf::Duration as PbDuration;
 use parking_lot::Mutex;
 use tonic::{Request, Response, Status};
 
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::RateLimitOverride;
+use envoy_types::pb::envoy::r#type::v3::RateLimitUnit;
 use flowguard::gcra::Decision;
-use flowguard::headers::HeaderStyle;
+use flowguard::headers::{HeaderStyle, PolicyName};
 
 use super::backend::{Backend, Check};
-use super::config::{Limit, LimitRule, Lookup, Rate, Unit};
+use super::config::{Limit, LimitRule, Location, Lookup, Rate, Unit};
 use super::key::limiter_key;
 use super::metrics as names;
 use super::rules::{RuleLimit, RuleSet, Rules};
@@ -78,14 +80,38 @@ impl UnknownDomains {
     }
 }
 
+/// The rule a descriptor is limited by, and its limit.
+enum Applied<'r> {
+    /// A rule of the configuration.
+    Configured(&'r LimitRule, &'r RuleLimit),
+    /// A request's limit override (boxed: rare, and larger than a reference).
+    Override(Box<(LimitRule, RuleLimit)>),
+}
+
+impl Applied<'_> {
+    fn rule(&self) -> &LimitRule {
+        match self {
+            Applied::Configured(rule, _) => rule,
+            Applied::Override(both) => &both.0,
+        }
+    }
+
+    fn limit(&self) -> &RuleLimit {
+        match self {
+            Applied::Configured(_, limit) => limit,
+            Applied::Override(both) => &both.1,
+        }
+    }
+}
+
 /// How one request descriptor is decided.
 enum Plan<'r> {
     NoRule,
     Unlimited(&'r LimitRule),
     Limited {
-        rule: &'r LimitRule,
+        /// The configured rule, or one made for a request's limit override.
+        applied: Applied<'r>,
         rate: Rate,
-        limit: &'r RuleLimit,
         key: Vec<u8>,
         cost: u64,
         check: usize,
@@ -136,21 +162,17 @@ impl RateLimiter {
         if !rules.config().has_domain(domain) {
             self.unknown.seen(domain);
         }
-        let plans = plan_descriptors(&rules, request)?;
+        let (plans, added) = plan_descriptors(&rules, &self.backend, request)?;
         let checks: Vec<Check<'_>> = plans
             .iter()
             .filter_map(|p| match p {
                 Plan::Limited {
-                    rule,
-                    limit,
-                    key,
-                    cost,
-                    ..
+                    applied, key, cost, ..
                 } => Some(Check {
-                    limit: limit.limit,
+                    limit: applied.limit().limit,
                     key,
                     cost: *cost,
-                    enforce: !self.shadowed(rule),
+                    enforce: !self.shadowed(applied.rule()),
                 }),
                 _ => None,
             })
@@ -158,7 +180,14 @@ impl RateLimiter {
         let verdicts = if checks.is_empty() {
             Vec::new()
         } else {
-            self.backend.decide(rules.limits(), &checks).await.map_err(|e| {
+            let newest;
+            let limits = if added {
+                newest = self.backend.limits();
+                &newest
+            } else {
+                rules.limits()
+            };
+            self.backend.decide(limits, &checks).await.map_err(|e| {
                 ::metrics::counter!(names::BACKEND_ERRORS, "kind" => e.kind()).increment(1);
                 tracing::warn!(error = %e, domain, "rate limit store failed; answering UNAVAILABLE \
                     (Envoy's failure_mode_deny decides; --on-redis-failure answers instead)");
@@ -203,12 +232,12 @@ impl RateLimiter {
                     }
                 }
                 Plan::Limited {
-                    rule,
+                    applied,
                     rate,
                     check,
-                    limit,
                     ..
                 } => {
+                    let (rule, limit) = (applied.rule(), applied.limit());
                     let verdict = &verdicts[*check];
                     let degraded = verdict.degraded.is_some();
                     let outcome = match (verdict.allowed, self.shadowed(rule)) {
@@ -302,62 +331,161 @@ fn response_headers(
         .collect()
 }
 
-/// Matches every descriptor and computes its key and cost.
+/// The most distinct rates the service tracks, configured and requested as limit overrides
+/// together: every rate is a limit with state of its own, so clients cannot grow them unbounded.
+const MAX_RATES: usize = 10_000;
+
+/// Matches every descriptor and computes its key and cost. A descriptor with a `limit`
+/// override (in a configured domain) is limited by that rate instead of the configuration's, as
+/// envoyproxy/ratelimit does; a rule whose `name` another matched rule `replaces` is not applied.
+/// The second value is whether an override's rate came after the rules were compiled: then the
+/// request is decided through the backend's newest set, which has it.
 fn plan_descriptors<'r>(
     rules: &'r RuleSet,
+    backend: &Backend,
     request: &RateLimitRequest,
-) -> Result<Vec<Plan<'r>>, Status> {
-    let mut checks = 0;
-    request
-        .descriptors
+) -> Result<(Vec<Plan<'r>>, bool), Status> {
+    let domain = request.domain.as_str();
+    let known = rules.config().has_domain(domain);
+    let mut found = Vec::with_capacity(request.descriptors.len());
+    for descriptor in &request.descriptors {
+        if descriptor.is_negative_hits {
+            return Err(Status::invalid_argument(
+                "is_negative_hits is not supported: flowguard-rls does not refund tokens (a \
+                 denied request spends nothing, so there is nothing to give back)",
+            ));
+        }
+        let entries = descriptor
+            .entries
+            .iter()
+            .map(|e| (e.key.as_str(), e.value.as_str()));
+        found.push(match (&descriptor.limit, known) {
+            (Some(over), true) => Err(override_rate(over)?),
+            _ => Ok(rules.config().lookup(domain, entries)),
+        });
+    }
+    let replaced: HashSet<&str> = found
         .iter()
-        .map(|descriptor| {
-            if descriptor.limit.is_some() {
-                return Err(Status::invalid_argument(
-                    "descriptor limit overrides are not supported by flowguard-rls: configure the \
-                     limit in the service's configuration instead",
-                ));
-            }
-            if descriptor.is_negative_hits {
-                return Err(Status::invalid_argument(
-                    "is_negative_hits is not supported: flowguard-rls does not refund tokens",
-                ));
-            }
-            let entries = || {
-                descriptor
-                    .entries
-                    .iter()
-                    .map(|e| (e.key.as_str(), e.value.as_str()))
-            };
-            Ok(match rules.config().lookup(&request.domain, entries()) {
-                Lookup::UnknownDomain | Lookup::NoRule => Plan::NoRule,
-                Lookup::Rule(rule) => match rule.limit {
-                    Limit::Unlimited => Plan::Unlimited(rule),
-                    Limit::Rate(rate) => {
-                        let limit = rules.limit(rule).ok_or_else(|| {
-                            Status::internal(format!(
-                                "rule at {} has no limiter: the configuration was not compiled",
-                                rule.location
-                            ))
-                        })?;
-                        let check = checks;
-                        checks += 1;
-                        Plan::Limited {
-                            rule,
-                            rate,
-                            limit,
-                            key: limiter_key(&request.domain, entries()),
-                            cost: descriptor
-                                .hits_addend
-                                .as_ref()
-                                .map_or(u64::from(request.hits_addend.max(1)), |h| h.value),
-                            check,
-                        }
-                    }
-                },
-            })
+        .filter_map(|f| match f {
+            Ok(Lookup::Rule(rule)) => Some(rule.replaces.iter().map(String::as_str)),
+            _ => None,
         })
-        .collect()
+        .flatten()
+        .collect();
+    let mut checks = 0;
+    let mut added = false;
+    let mut plans = Vec::with_capacity(found.len());
+    for (descriptor, found) in request.descriptors.iter().zip(found) {
+        let (applied, rate) = match found {
+            Ok(Lookup::UnknownDomain | Lookup::NoRule) => {
+                plans.push(Plan::NoRule);
+                continue;
+            }
+            Ok(Lookup::Rule(rule)) => match rule.limit {
+                Limit::Unlimited => {
+                    plans.push(Plan::Unlimited(rule));
+                    continue;
+                }
+                Limit::Rate(_) if rule.name.as_deref().is_some_and(|n| replaced.contains(n)) => {
+                    plans.push(Plan::NoRule);
+                    continue;
+                }
+                Limit::Rate(rate) => {
+                    let limit = rules.limit(rule).ok_or_else(|| {
+                        Status::internal(format!(
+                            "rule at {} has no limit: the configuration was not compiled",
+                            rule.location
+                        ))
+                    })?;
+                    (Applied::Configured(rule, limit), rate)
+                }
+            },
+            Err(rate) => {
+                let (rule, limit) = override_limit(backend, rate)?;
+                // A rate added after the rules were compiled is only in the newest set.
+                added |= limit.limit >= rules.limits().len();
+                (Applied::Override(Box::new((rule, limit))), rate)
+            }
+        };
+        let entries = descriptor
+            .entries
+            .iter()
+            .map(|e| (e.key.as_str(), e.value.as_str()));
+        plans.push(Plan::Limited {
+            applied,
+            rate,
+            key: limiter_key(domain, entries),
+            cost: descriptor
+                .hits_addend
+                .as_ref()
+                .map_or(u64::from(request.hits_addend.max(1)), |h| h.value),
+            check: checks,
+        });
+        checks += 1;
+    }
+    Ok((plans, added))
+}
+
+/// The rate of a request's `limit` override; what cannot be a GCRA quota is `INVALID_ARGUMENT`.
+fn override_rate(over: &RateLimitOverride) -> Result<Rate, Status> {
+    let unit = match RateLimitUnit::try_from(over.unit) {
+        Ok(RateLimitUnit::Second) => Unit::Second,
+        Ok(RateLimitUnit::Minute) => Unit::Minute,
+        Ok(RateLimitUnit::Hour) => Unit::Hour,
+        Ok(RateLimitUnit::Day) => Unit::Day,
+        Ok(RateLimitUnit::Month) => Unit::Month,
+        Ok(RateLimitUnit::Year) => Unit::Year,
+        _ => {
+            return Err(Status::invalid_argument(format!(
+                "the descriptor's limit override has unit {}: set SECOND, MINUTE, HOUR, DAY, \
+                 MONTH or YEAR in the metadata Envoy reads it from",
+                over.unit
+            )));
+        }
+    };
+    if over.requests_per_unit == 0 {
+        return Err(Status::invalid_argument(
+            "the descriptor's limit override has requests_per_unit 0: a GCRA quota admits at least \
+             1 request per unit; send at least 1",
+        ));
+    }
+    Ok(Rate {
+        requests_per_unit: over.requests_per_unit,
+        unit,
+        burst: None,
+    })
+}
+
+/// The rule and limit of an override `rate` (shared by every descriptor with that rate, its
+/// keys those of the descriptor as for a configured rule).
+fn override_limit(backend: &Backend, rate: Rate) -> Result<(LimitRule, RuleLimit), Status> {
+    if backend.rate_count() >= MAX_RATES && !backend.has_rate(&rate) {
+        return Err(Status::invalid_argument(format!(
+            "more than {MAX_RATES} distinct rates (configured and sent as limit overrides): \
+             send fewer distinct overrides, or configure the limits"
+        )));
+    }
+    let limit = backend
+        .limit(&rate)
+        .map_err(|e| Status::invalid_argument(format!("the descriptor's limit override: {e}")))?;
+    let quota = crate::backend::quota(&rate)
+        .map_err(|e| Status::invalid_argument(format!("the descriptor's limit override: {e}")))?;
+    let name = "limit_override";
+    let rule = LimitRule {
+        limit: Limit::Rate(rate),
+        name: None,
+        replaces: Vec::new(),
+        shadow_mode: false,
+        detailed_metric: false,
+        stat_path: name.to_string(),
+        location: Location {
+            file: "(request)".into(),
+            path: String::new(),
+        },
+        id: usize::MAX,
+    };
+    let policy = quota.rate_limit_policy(PolicyName::new(name).unwrap_or_default());
+    Ok((rule, RuleLimit { limit, policy }))
 }
 
 fn current_limit(rule: &LimitRule, rate: &Rate) -> RateLimit {
@@ -369,6 +497,9 @@ fn current_limit(rule: &LimitRule, rate: &Rate) -> RateLimit {
             Unit::Minute => PbUnit::Minute,
             Unit::Hour => PbUnit::Hour,
             Unit::Day => PbUnit::Day,
+            Unit::Week => PbUnit::Week,
+            Unit::Month => PbUnit::Month,
+            Unit::Year => PbUnit::Year,
         } as i32,
     }
 }

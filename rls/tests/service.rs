@@ -5,6 +5,7 @@ mod support;
 
 use std::time::Duration;
 
+use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::rate_limit::Unit;
 use envoy_types::pb::google::protobuf::UInt64Value;
@@ -404,26 +405,88 @@ fn check_config_validates_and_exits() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn what_is_not_supported_is_refused_not_ignored() {
-    use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::RateLimitOverride;
     let rls = shop(&[]);
     let mut client = rls.client().await;
-    let mut overridden = request("shop", &[]);
-    let mut d = descriptor(&[("remote_address", "o")]);
-    d.limit = Some(RateLimitOverride {
-        requests_per_unit: 1000,
-        unit: Unit::Second as i32,
-    });
-    overridden.descriptors.push(d);
-    let error = client.should_rate_limit(overridden).await.unwrap_err();
-    assert_eq!(error.code(), tonic::Code::InvalidArgument);
-    assert!(
-        error.message().contains("overrides are not supported"),
-        "{error:?}"
-    );
     let mut refund = request("shop", &[]);
     let mut d = descriptor(&[("remote_address", "o")]);
     d.is_negative_hits = true;
     refund.descriptors.push(d);
     let error = client.should_rate_limit(refund).await.unwrap_err();
     assert_eq!(error.code(), tonic::Code::InvalidArgument);
+}
+
+fn overridden(entries: &[(&str, &str)], requests_per_unit: u32, unit: i32) -> RateLimitRequest {
+    use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::RateLimitOverride;
+    let mut d = descriptor(entries);
+    d.limit = Some(RateLimitOverride {
+        requests_per_unit,
+        unit,
+    });
+    let mut r = request("shop", &[]);
+    r.descriptors.push(d);
+    r
+}
+
+/// A descriptor's `limit` (sent by Envoy from dynamic metadata) takes the place of the
+/// configured rule, with the descriptor's own key; it is not shadowed.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_limit_override_in_the_request_is_the_limit() {
+    use envoy_types::pb::envoy::r#type::v3::RateLimitUnit;
+    let rls = shop(&[]);
+    let mut client = rls.client().await;
+    // The configured rule allows 3 a minute; the override 2 an hour, on a shadowed key too.
+    for entries in [[("remote_address", "ov")], [("trial", "ov")]] {
+        let req = overridden(&entries, 2, RateLimitUnit::Hour as i32);
+        let mut codes = Vec::new();
+        for _ in 0..3 {
+            codes.push(code(&ask(&mut client, req.clone()).await));
+        }
+        assert_eq!(codes, [Code::Ok, Code::Ok, Code::OverLimit], "{entries:?}");
+        let answer = ask(&mut client, req).await;
+        let limit = answer.statuses[0].current_limit.as_ref().unwrap();
+        assert_eq!(
+            (limit.requests_per_unit, limit.unit),
+            (2, Unit::Hour as i32)
+        );
+    }
+    // The configured limit of the same descriptor is untouched.
+    let plain = ask(&mut client, request("shop", &[&[("remote_address", "ov")]])).await;
+    assert_eq!(plain.statuses[0].limit_remaining, 2);
+    // What cannot be a quota is refused, saying what to send.
+    let zero = overridden(&[("remote_address", "z")], 0, RateLimitUnit::Second as i32);
+    let error = client.should_rate_limit(zero).await.unwrap_err();
+    assert_eq!(error.code(), tonic::Code::InvalidArgument);
+    assert!(error.message().contains("at least 1"), "{error:?}");
+    let unknown = overridden(&[("remote_address", "z")], 5, RateLimitUnit::Unknown as i32);
+    let error = client.should_rate_limit(unknown).await.unwrap_err();
+    assert!(error.message().contains("SECOND, MINUTE"), "{error:?}");
+}
+
+const REPLACING: &str = "
+domain: api
+descriptors:
+  - key: client
+    rate_limit: { name: per_client, unit: minute, requests_per_unit: 1 }
+  - key: plan
+    value: gold
+    rate_limit: { name: gold, unit: minute, requests_per_unit: 100, replaces: [{ name: per_client }] }
+";
+
+/// A matched rule that `replaces` another by name: the replaced one is not applied.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_rule_replaces_another_by_name() {
+    let rls = Rls::start(&[("api.yaml", REPLACING)], &[]);
+    let mut client = rls.client().await;
+    let gold = request("api", &[&[("client", "g")], &[("plan", "gold")]]);
+    for _ in 0..3 {
+        let answer = ask(&mut client, gold.clone()).await;
+        assert_eq!(code(&answer), Code::Ok);
+        assert!(
+            answer.statuses[0].current_limit.is_none(),
+            "replaced: no limit"
+        );
+    }
+    let plain = request("api", &[&[("client", "g")], &[("plan", "free")]]);
+    assert_eq!(code(&ask(&mut client, plain.clone()).await), Code::Ok);
+    assert_eq!(code(&ask(&mut client, plain).await), Code::OverLimit);
 }
