@@ -30,71 +30,139 @@ use tonic::transport::server::TcpIncoming;
 use tonic::transport::{Certificate, Identity, ServerTlsConfig};
 
 /// A global rate limit service for Envoy (envoy.service.ratelimit.v3) on flowguard's GCRA.
+///
+/// Every option can also be set by the environment variable shown with it (a flag wins); lists
+/// (--config, --redis) are separated by commas there.
 #[derive(Parser, Debug)]
 #[command(name = "flowguard-rls", version)]
 struct Args {
     /// A configuration file, or a directory of .yaml/.yml files (one domain each). Repeatable.
-    #[arg(long = "config", required = true, value_name = "PATH")]
+    #[arg(
+        long = "config",
+        required = true,
+        value_name = "PATH",
+        env = "FLOWGUARD_RLS_CONFIG",
+        value_delimiter = ','
+    )]
     configs: Vec<PathBuf>,
     /// The gRPC address to serve on (port 0 picks a free port; the address is printed).
-    #[arg(long, default_value = "127.0.0.1:8081")]
+    #[arg(long, default_value = "127.0.0.1:8081", env = "FLOWGUARD_RLS_LISTEN")]
     listen: SocketAddr,
     /// Serve gRPC over TLS with this PEM certificate chain (with --grpc-tls-key).
-    #[arg(long, requires = "grpc_tls_key", value_name = "PEM")]
+    #[arg(
+        long,
+        requires = "grpc_tls_key",
+        value_name = "PEM",
+        env = "FLOWGUARD_RLS_GRPC_TLS_CERT"
+    )]
     grpc_tls_cert: Option<PathBuf>,
     /// The PEM private key of --grpc-tls-cert.
-    #[arg(long, requires = "grpc_tls_cert", value_name = "PEM")]
+    #[arg(
+        long,
+        requires = "grpc_tls_cert",
+        value_name = "PEM",
+        env = "FLOWGUARD_RLS_GRPC_TLS_KEY"
+    )]
     grpc_tls_key: Option<PathBuf>,
     /// Mutual TLS: accept only clients whose certificate this PEM CA signed.
-    #[arg(long, requires = "grpc_tls_cert", value_name = "PEM")]
+    #[arg(
+        long,
+        requires = "grpc_tls_cert",
+        value_name = "PEM",
+        env = "FLOWGUARD_RLS_GRPC_TLS_CLIENT_CA"
+    )]
     grpc_tls_client_ca: Option<PathBuf>,
     /// The debug HTTP address: /metrics (Prometheus), /healthcheck, /rlconfig and POST /json.
-    #[arg(long, default_value = "127.0.0.1:6070", value_name = "ADDR")]
+    #[arg(
+        long,
+        default_value = "127.0.0.1:6070",
+        value_name = "ADDR",
+        env = "FLOWGUARD_RLS_DEBUG_LISTEN"
+    )]
     debug_listen: SocketAddr,
     /// Log lines as text (coloured only on a terminal) or as JSON objects.
-    #[arg(long, value_enum, default_value = "text")]
+    #[arg(
+        long,
+        value_enum,
+        default_value = "text",
+        env = "FLOWGUARD_RLS_LOG_FORMAT"
+    )]
     log_format: LogFormat,
     /// The least level logged (or a tracing filter such as `warn,flowguard_rls=debug`); RUST_LOG
     /// takes its place when set.
-    #[arg(long, default_value = "info", value_name = "FILTER")]
+    #[arg(
+        long,
+        default_value = "info",
+        value_name = "FILTER",
+        env = "FLOWGUARD_RLS_LOG_LEVEL"
+    )]
     log_level: String,
     /// Answer every request OK while deciding and counting it as usual (as if every rule had
     /// shadow_mode: true), to try a configuration on live traffic.
-    #[arg(long)]
+    #[arg(long, env = "FLOWGUARD_RLS_SHADOW_MODE")]
     shadow_mode: bool,
     /// Keep quotas in Redis (shared by every instance with the same prefix); repeat with
     /// --redis-cluster for several cluster nodes. Without it, quotas live in this process.
-    #[arg(long = "redis", value_name = "URL")]
+    #[arg(
+        long = "redis",
+        value_name = "URL",
+        env = "FLOWGUARD_RLS_REDIS",
+        value_delimiter = ','
+    )]
     redis: Vec<String>,
     /// The --redis URLs are Redis Cluster nodes.
-    #[arg(long, requires = "redis")]
+    #[arg(long, requires = "redis", env = "FLOWGUARD_RLS_REDIS_CLUSTER")]
     redis_cluster: bool,
     /// Key prefix in Redis.
-    #[arg(long, default_value = "flowguard-rls:")]
+    #[arg(
+        long,
+        default_value = "flowguard-rls:",
+        env = "FLOWGUARD_RLS_REDIS_PREFIX"
+    )]
     redis_prefix: String,
     /// Per-call Redis timeout in milliseconds (default: the store's, 50 ms).
-    #[arg(long, value_name = "MS")]
+    #[arg(long, value_name = "MS", env = "FLOWGUARD_RLS_REDIS_TIMEOUT_MS")]
     redis_timeout_ms: Option<u64>,
     /// What to answer when Redis does not: `unavailable` (gRPC UNAVAILABLE, Envoy's
     /// failure_mode_deny decides), `fail-open`, `fail-closed`, `local-share=F` (decide locally
     /// with a fraction F of each quota) or `local-instances=N` (one of N equal shares).
-    #[arg(long, default_value = "unavailable", value_parser = parse_on_failure)]
+    #[arg(long, default_value = "unavailable", value_parser = parse_on_failure, env = "FLOWGUARD_RLS_ON_REDIS_FAILURE")]
     on_redis_failure: OnFailure,
     /// Two-tier mode: reserve this many tokens from Redis at a time and spend them locally.
-    #[arg(long, requires = "redis", value_name = "TOKENS")]
+    #[arg(
+        long,
+        requires = "redis",
+        value_name = "TOKENS",
+        env = "FLOWGUARD_RLS_TWO_TIER_BATCH"
+    )]
     two_tier_batch: Option<u32>,
     /// Wait up to this many seconds at start for a Redis that does not answer (without it, an
     /// unreachable Redis stops the start at once).
-    #[arg(long, requires = "redis", value_name = "SECONDS")]
+    #[arg(
+        long,
+        requires = "redis",
+        value_name = "SECONDS",
+        env = "FLOWGUARD_RLS_WAIT_FOR_REDIS"
+    )]
     wait_for_redis: Option<u64>,
     /// The most keys tracked per distinct rate by the in-memory store.
-    #[arg(long, default_value_t = flowguard::gcra::DEFAULT_MAX_KEYS)]
+    #[arg(long, default_value_t = flowguard::gcra::DEFAULT_MAX_KEYS, env = "FLOWGUARD_RLS_MAX_KEYS")]
     max_keys: usize,
     /// Rate-limit headers to add to responses.
-    #[arg(long, value_enum, default_value = "off")]
+    #[arg(
+        long,
+        value_enum,
+        default_value = "off",
+        env = "FLOWGUARD_RLS_RESPONSE_HEADERS"
+    )]
     response_headers: Headers,
     /// How often the configuration files are read for changes, in milliseconds.
-    #[arg(long, default_value_t = 1000, value_name = "MS")]
+    #[arg(
+        long,
+        default_value_t = 1000,
+        value_name = "MS",
+        env = "FLOWGUARD_RLS_RELOAD_INTERVAL_MS"
+    )]
     reload_interval_ms: u64,
     /// Validate the configuration, print a summary and exit (0 valid, 2 invalid).
     #[arg(long)]

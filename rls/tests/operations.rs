@@ -196,3 +196,23 @@ async fn global_shadow_mode_answers_ok_but_decides_and_counts() {
     );
     assert_eq!(shadowed, Some(2.0), "{scrape}");
 }
+
+/// Every option can come from the environment, as envoyproxy/ratelimit is configured.
+#[tokio::test(flavor = "multi_thread")]
+async fn options_can_be_set_by_environment_variables() {
+    let config = support::ConfigDir::new(&[("shop.yaml", SHOP)]);
+    let envs = [
+        ("FLOWGUARD_RLS_SHADOW_MODE", "true"),
+        ("FLOWGUARD_RLS_LOG_FORMAT", "json"),
+    ];
+    let rls = Rls::start_in_env(config, &[], &envs);
+    let mut client = rls.client().await;
+    let ip = request("shop", &[&[("remote_address", "10.0.0.1")]]);
+    for _ in 0..4 {
+        let answer = ask(&mut client, ip.clone()).await;
+        assert_eq!(code(&answer), Code::Ok, "shadow mode");
+    }
+    rls.wait_for_log("flowguard-rls serving");
+    let log = rls.log_text();
+    assert!(log.lines().all(|l| l.starts_with('{')), "JSON lines: {log}");
+}

@@ -107,6 +107,11 @@ impl Rls {
     }
 
     pub fn start_in(config: ConfigDir, args: &[&str]) -> Rls {
+        Rls::start_in_env(config, args, &[])
+    }
+
+    /// Starts the service with environment variables too.
+    pub fn start_in_env(config: ConfigDir, args: &[&str], envs: &[(&str, &str)]) -> Rls {
         let log = Rls::log_path(&config);
         let stderr = std::fs::File::create(&log).unwrap();
         let mut child = Command::new(binary())
@@ -116,6 +121,7 @@ impl Rls {
             .args(["--reload-interval-ms", "50"])
             .args(args)
             .env("RUST_LOG", "info")
+            .envs(envs.iter().copied())
             .stdout(Stdio::piped())
             .stderr(Stdio::from(stderr))
             .spawn()
