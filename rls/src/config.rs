@@ -121,6 +121,11 @@ pub struct LimitRule {
     /// `rate_limit.replaces[].name`: when this rule applies, rules with these names in the same
     /// request are not applied (as envoyproxy/ratelimit does).
     pub replaces: Vec<String>,
+    /// The entries whose wildcard values share one threshold (`share_threshold: true` on that
+    /// descriptor or one above): (entry index, configured value such as `files/*`). The quota
+    /// key holds the configured value there instead of the request's, so every matching value
+    /// spends one quota.
+    pub shared_values: Vec<(usize, String)>,
     /// `shadow_mode`: decide and count, but always answer OK.
     pub shadow_mode: bool,
     /// `detailed_metric`: label metrics with the request's values rather than the config path.
@@ -420,6 +425,8 @@ struct RawDescriptor {
     shadow_mode: bool,
     #[serde(default)]
     detailed_metric: bool,
+    #[serde(default)]
+    share_threshold: bool,
 }
 
 #[derive(Deserialize)]
@@ -474,7 +481,7 @@ pub fn parse_domain(file: &Path, text: &str) -> Result<DomainConfig, ConfigError
             ));
         }
     };
-    let root = parse_level(file, "", "", &raw.descriptors)?;
+    let root = parse_level(file, "", "", 0, &[], &raw.descriptors)?;
     Ok(DomainConfig {
         domain,
         file: file.to_path_buf(),
@@ -482,10 +489,14 @@ pub fn parse_domain(file: &Path, text: &str) -> Result<DomainConfig, ConfigError
     })
 }
 
+/// Parses the descriptors at `depth` (0 for the top level); `shared` are the entries above
+/// whose wildcard values share one threshold (`share_threshold: true`): (depth, configured value).
 fn parse_level(
     file: &Path,
     path: &str,
     stat_prefix: &str,
+    depth: usize,
+    shared: &[(usize, String)],
     raws: &[RawDescriptor],
 ) -> Result<Level, ConfigError> {
     let mut level = Level::default();
@@ -521,13 +532,38 @@ fn parse_level(
         } else {
             format!("{stat_prefix}.{stat_part}")
         };
+        let mut shared = shared.to_vec();
+        if raw.share_threshold {
+            match (&value, &raw.value) {
+                (ValueMatch::Prefix(_), Some(pattern)) => shared.push((depth, pattern.clone())),
+                _ => {
+                    return Err(ConfigError::new(
+                        file,
+                        format!("{here}.share_threshold"),
+                        "share_threshold applies to a wildcard value (ending in `*`): make the \
+                         value a wildcard or remove share_threshold",
+                    ));
+                }
+            }
+        }
         // `shadow_mode` / `detailed_metric` without a `rate_limit` have nothing to apply to;
         // accepted, as the reference service does.
         let rule = match &raw.rate_limit {
             None => None,
-            Some(rl) => Some(parse_rule(file, &here, rl, raw, stat_path.clone())?),
+            Some(rl) => {
+                let mut rule = parse_rule(file, &here, rl, raw, stat_path.clone())?;
+                rule.shared_values = shared.clone();
+                Some(rule)
+            }
         };
-        let children = parse_level(file, &here, &stat_path, &raw.descriptors)?;
+        let children = parse_level(
+            file,
+            &here,
+            &stat_path,
+            depth + 1,
+            &shared,
+            &raw.descriptors,
+        )?;
         let index = level.nodes.len();
         let duplicate = match &value {
             ValueMatch::Any => level.any.insert(key.clone(), index).is_some(),
@@ -653,6 +689,7 @@ fn parse_rule(
         limit,
         name: rl.name.clone(),
         replaces,
+        shared_values: Vec::new(),
         shadow_mode: raw.shadow_mode,
         detailed_metric: raw.detailed_metric,
         stat_path,

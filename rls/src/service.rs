@@ -407,14 +407,19 @@ fn plan_descriptors<'r>(
                 (Applied::Override(Box::new((rule, limit))), rate)
             }
         };
-        let entries = descriptor
-            .entries
-            .iter()
-            .map(|e| (e.key.as_str(), e.value.as_str()));
+        let shared = &applied.rule().shared_values;
+        let entries = descriptor.entries.iter().enumerate().map(|(i, e)| {
+            let value = shared
+                .iter()
+                .find(|(at, _)| *at == i)
+                .map_or(e.value.as_str(), |(_, pattern)| pattern.as_str());
+            (e.key.as_str(), value)
+        });
+        let key = limiter_key(domain, entries);
         plans.push(Plan::Limited {
             applied,
             rate,
-            key: limiter_key(domain, entries),
+            key,
             cost: descriptor
                 .hits_addend
                 .as_ref()
@@ -475,6 +480,7 @@ fn override_limit(backend: &Backend, rate: Rate) -> Result<(LimitRule, RuleLimit
         limit: Limit::Rate(rate),
         name: None,
         replaces: Vec::new(),
+        shared_values: Vec::new(),
         shadow_mode: false,
         detailed_metric: false,
         stat_path: name.to_string(),

@@ -167,6 +167,11 @@ const BAD: &[(&str, &str, &str)] = &[
         "appears twice",
     ),
     (
+        "domain: d\ndescriptors:\n  - key: k\n    value: exact\n    share_threshold: true\n    rate_limit: {unit: second, requests_per_unit: 1}\n",
+        "descriptors[0].share_threshold",
+        "wildcard value",
+    ),
+    (
         "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1, replaces: [{name: ''}]}\n",
         "descriptors[0].rate_limit.replaces[0].name",
         "non-empty `name`",

@@ -490,3 +490,34 @@ async fn a_rule_replaces_another_by_name() {
     assert_eq!(code(&ask(&mut client, plain.clone()).await), Code::Ok);
     assert_eq!(code(&ask(&mut client, plain).await), Code::OverLimit);
 }
+
+const FILES: &str = "
+domain: files
+descriptors:
+  - key: path
+    value: /shared/*
+    share_threshold: true
+    rate_limit: { unit: minute, requests_per_unit: 2 }
+  - key: path
+    value: /own/*
+    rate_limit: { unit: minute, requests_per_unit: 2 }
+";
+
+/// `share_threshold: true` on a wildcard: every matching value spends one quota; without it,
+/// each value has its own.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_shared_threshold_is_one_quota_for_every_matching_value() {
+    let rls = Rls::start(&[("files.yaml", FILES)], &[]);
+    let mut client = rls.client().await;
+    let path = |p: &str| request("files", &[&[("path", p)]]);
+    let mut shared = Vec::new();
+    for p in ["/shared/a", "/shared/b", "/shared/c"] {
+        shared.push(code(&ask(&mut client, path(p)).await));
+    }
+    assert_eq!(shared, [Code::Ok, Code::Ok, Code::OverLimit]);
+    let mut own = Vec::new();
+    for p in ["/own/a", "/own/b", "/own/c"] {
+        own.push(code(&ask(&mut client, path(p)).await));
+    }
+    assert_eq!(own, [Code::Ok, Code::Ok, Code::Ok]);
+}
