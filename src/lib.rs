@@ -75,8 +75,6 @@ pub mod clock;
 pub mod gcra;
 mod guard;
 pub mod headers;
-#[cfg(feature = "rls")]
-pub mod rls;
 pub mod vegas;
 
 #[cfg(feature = "tower")]

@@ -26,7 +26,6 @@ fn modules() -> Vec<(PathBuf, ModPath)> {
     files.sort();
     files
         .into_iter()
-        .filter(|f| !f.starts_with(src.join("bin")))
         .map(|f| {
             let rel = f.strip_prefix(&src).unwrap();
             let mut path: ModPath = rel
@@ -206,18 +205,6 @@ const LAYERS: &[(&[&str], &[&[&str]])] = &[
             &["vegas"],
             &["vegas", "layer"],
             &["backoff"],
-        ],
-    ),
-    (
-        &["rls"],
-        &[
-            &["gcra"],
-            &["gcra", "check"],
-            &["gcra", "remote"],
-            &["gcra", "redis"],
-            &["gcra", "two_tier"],
-            &["headers"],
-            &["clock"],
         ],
     ),
 ];

@@ -3,7 +3,7 @@
 //! statuses (`RESOURCE_EXHAUSTED` in a trailers-only HTTP 200) carrying `retry-after` and the
 //! rate-limit fields as metadata, with the ready-made [`GrpcRefusal`] and with a refusal built
 //! from `tonic::Status`.
-#![cfg(all(feature = "tower", feature = "rls"))]
+#![cfg(feature = "tower")]
 
 use std::net::SocketAddr;
 use std::time::{Duration, SystemTime};

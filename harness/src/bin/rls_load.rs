@@ -2,7 +2,7 @@
 //! [`Args`], which `--help` prints).
 //!
 //! ```text
-//! cargo run --release --features rls --bin flowguard-rls -- --config harness/rls_load.yaml &
+//! cargo run --release -p flowguard-rls -- --config harness/rls_load.yaml &
 //! cargo run --release -p flowguard-harness --bin rls_load -- \
 //!     --addr 127.0.0.1:8081 --concurrency 64 --seconds 10 --json \
 //!     [--connections 4] [--domain load] [--keys 10000] [--threads 1]

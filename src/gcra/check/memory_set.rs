@@ -2,6 +2,7 @@
 //! striped locks.
 
 use std::hash::BuildHasher;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use parking_lot::Mutex;
@@ -51,9 +52,14 @@ const INLINE_DEMANDS: usize = 8;
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub struct MemoryLimitSet<C: Clock = MonotonicClock> {
-    limits: Box<[Limit<C>]>,
-    stripes: Box<[Mutex<()>]>,
+    /// Shared with the sets [`extended`](MemoryLimitSet::extended) from this one.
+    limits: Box<[Arc<Limit<C>>]>,
+    stripes: Arc<[Mutex<()>]>,
     hasher: hashbrown::DefaultHashBuilder,
+    /// How new limits are built: what the builder was given.
+    max_keys: usize,
+    overflow: Overflow,
+    clock: C,
 }
 
 struct Limit<C: Clock> {
@@ -123,21 +129,79 @@ impl<C: Clock> MemoryLimitSetBuilder<C> {
         let limits = self
             .quotas
             .iter()
-            .map(|quota| {
-                Ok(Limit {
-                    limiter: KeyedRateLimiter::builder(*quota)
-                        .max_keys(self.max_keys)
-                        .overflow(self.overflow)
-                        .clock(self.clock.clone())
-                        .build()?,
-                    joint: AtomicBool::new(false),
-                })
-            })
+            .map(|quota| Limit::build(*quota, self.max_keys, self.overflow, &self.clock))
             .collect::<Result<_, ConfigError>>()?;
         Ok(MemoryLimitSet {
             limits,
             stripes: (0..STRIPES).map(|_| Mutex::new(())).collect(),
             hasher: hashbrown::DefaultHashBuilder::default(),
+            max_keys: self.max_keys,
+            overflow: self.overflow,
+            clock: self.clock,
+        })
+    }
+}
+
+impl<C: Clock + Clone> Limit<C> {
+    fn build(
+        quota: Quota,
+        max_keys: usize,
+        overflow: Overflow,
+        clock: &C,
+    ) -> Result<Arc<Limit<C>>, ConfigError> {
+        Ok(Arc::new(Limit {
+            limiter: KeyedRateLimiter::builder(quota)
+                .max_keys(max_keys)
+                .overflow(overflow)
+                .clock(clock.clone())
+                .build()?,
+            joint: AtomicBool::new(false),
+        }))
+    }
+}
+
+impl<C: Clock + Clone> MemoryLimitSet<C> {
+    /// A set whose first limits are this set's, **sharing their state** (and their locks, so
+    /// that a check in either set is all or nothing against checks in the other), followed by
+    /// one new limit per quota of `more`, built as this set's were (`max_keys`, overflow,
+    /// clock), or the error building one of them reports. This set keeps working unchanged.
+    ///
+    /// For configurations reloaded while serving: the limits that stay keep counting, new
+    /// ones start full, and requests already holding the old set finish on it.
+    ///
+    /// ```
+    /// use flowguard::gcra::{Demand, LimitSet, MemoryLimitSet, Quota};
+    ///
+    /// let first = MemoryLimitSet::new([Quota::per_minute(2)?]);
+    /// assert!(first.decide(&[Demand { limit: 0, key: b"k", cost: 2 }])?.allowed());
+    /// let second = first.extended([Quota::per_second(5)?])?;
+    /// assert_eq!(second.limits(), 2);
+    /// // Limit 0 is the same limit: still spent.
+    /// assert!(!second.decide(&[Demand { limit: 0, key: b"k", cost: 1 }])?.allowed());
+    /// assert!(second.decide(&[Demand { limit: 1, key: b"k", cost: 5 }])?.allowed());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn extended(
+        &self,
+        more: impl IntoIterator<Item = Quota>,
+    ) -> Result<MemoryLimitSet<C>, ConfigError> {
+        let limits = self
+            .limits
+            .iter()
+            .cloned()
+            .map(Ok)
+            .chain(
+                more.into_iter()
+                    .map(|q| Limit::build(q, self.max_keys, self.overflow, &self.clock)),
+            )
+            .collect::<Result<_, ConfigError>>()?;
+        Ok(MemoryLimitSet {
+            limits,
+            stripes: Arc::clone(&self.stripes),
+            hasher: self.hasher.clone(),
+            max_keys: self.max_keys,
+            overflow: self.overflow,
+            clock: self.clock.clone(),
         })
     }
 }
@@ -317,7 +381,6 @@ mod tests {
     use super::*;
     use crate::clock::ManualClock;
     use crate::gcra::GcraError;
-    use std::sync::Arc;
 
     fn set(quotas: &[Quota]) -> MemoryLimitSet<ManualClock> {
         MemoryLimitSet::builder(quotas.iter().copied())
@@ -396,6 +459,31 @@ mod tests {
             })
         ));
         assert_eq!(remaining(&s, 0, b"k"), 5);
+    }
+
+    #[test]
+    fn an_extended_set_shares_the_old_limits_both_ways_and_adds_new_ones() {
+        let clock = ManualClock::new();
+        let old = MemoryLimitSet::builder([Quota::per_minute(3).unwrap()])
+            .max_keys(4)
+            .clock(clock.clone())
+            .build()
+            .unwrap();
+        assert!(old.decide(&[demand(0, b"k", 1)]).unwrap().allowed());
+        let new = old.extended([Quota::per_second(2).unwrap()]).unwrap();
+        assert_eq!((old.limits(), new.limits()), (1, 2));
+        assert_eq!(remaining(&new, 0, b"k"), 2);
+        // Spent through the new set (jointly), seen by the old one.
+        assert!(
+            new.decide(&[demand(0, b"k", 2), demand(1, b"k", 1)])
+                .unwrap()
+                .allowed()
+        );
+        assert_eq!(old.decide(&[demand(0, b"k", 0)]).unwrap()[0].remaining, 0);
+        assert_eq!(remaining(&new, 1, b"k"), 1);
+        // Built as the old limits were: on the same clock.
+        clock.advance(std::time::Duration::from_millis(500));
+        assert_eq!(remaining(&new, 1, b"k"), 2);
     }
 
     /// Tasks race requests naming {wide, narrow} against requests naming {narrow} alone (a

@@ -1,15 +1,15 @@
 //! flowguard-rls as Envoy sees it: the binary on a loopback port, the in-memory backend, a gRPC
 //! client sending `ShouldRateLimit`.
-#![cfg(feature = "rls")]
 
-mod rls_support;
+mod support;
 
 use std::time::Duration;
 
+use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::rate_limit::Unit;
 use envoy_types::pb::google::protobuf::UInt64Value;
-use rls_support::{Rls, ask, code, descriptor, request, status_code};
+use support::{Rls, ask, code, descriptor, request, status_code};
 
 const SHOP: &str = "
 domain: shop
@@ -241,17 +241,24 @@ async fn an_unknown_domain_is_ok_without_limits_and_an_empty_one_is_refused() {
     assert_eq!(none.unwrap_err().code(), tonic::Code::InvalidArgument);
 }
 
+/// The headers a response asks Envoy to add, as (name, value).
+fn added_headers(
+    answer: &envoy_types::pb::envoy::service::ratelimit::v3::RateLimitResponse,
+) -> Vec<(&str, &str)> {
+    answer
+        .response_headers_to_add
+        .iter()
+        .map(|h| (h.key.as_str(), h.value.as_str()))
+        .collect()
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn response_headers_follow_the_ietf_fields_when_asked() {
     let rls = shop(&["--response-headers", "ietf"]);
     let mut client = rls.client().await;
     let strict = request("shop", &[&[("strict", "h")], &[("bulk", "h")]]);
     let answer = ask(&mut client, strict.clone()).await;
-    let headers: Vec<_> = answer
-        .response_headers_to_add
-        .iter()
-        .map(|h| (h.key.as_str(), h.value.as_str()))
-        .collect();
+    let headers = added_headers(&answer);
     assert_eq!(
         headers,
         [
@@ -271,6 +278,19 @@ async fn response_headers_follow_the_ietf_fields_when_asked() {
     let mut client = plain.client().await;
     let answer = ask(&mut client, request("shop", &[&[("strict", "h")]])).await;
     assert!(answer.response_headers_to_add.is_empty());
+    // The legacy fields, from the same header model.
+    let legacy = shop(&["--response-headers", "legacy"]);
+    let mut client = legacy.client().await;
+    let answer = ask(&mut client, request("shop", &[&[("bulk", "l")]])).await;
+    let headers = added_headers(&answer);
+    assert_eq!(
+        headers,
+        [
+            ("x-ratelimit-limit", "5"),
+            ("x-ratelimit-remaining", "4"),
+            ("x-ratelimit-reset", "12")
+        ]
+    );
 }
 
 const V1: &str = "
@@ -356,8 +376,8 @@ async fn health_is_served_and_sigterm_stops_cleanly() {
 
 #[test]
 fn check_config_validates_and_exits() {
-    let ok = rls_support::ConfigDir::new(&[("shop.yaml", SHOP)]);
-    let out = std::process::Command::new(rls_support::binary())
+    let ok = support::ConfigDir::new(&[("shop.yaml", SHOP)]);
+    let out = std::process::Command::new(support::binary())
         .arg("--config")
         .arg(&ok.0)
         .arg("--check-config")
@@ -365,11 +385,11 @@ fn check_config_validates_and_exits() {
         .unwrap();
     assert!(out.status.success());
     assert!(String::from_utf8_lossy(&out.stdout).contains("1 domain(s), 9 rule(s)"));
-    let bad = rls_support::ConfigDir::new(&[(
+    let bad = support::ConfigDir::new(&[(
         "bad.yaml",
         "domain: x\ndescriptors:\n  - key: a\n    rate_limit: {unit: second}\n",
     )]);
-    let out = std::process::Command::new(rls_support::binary())
+    let out = std::process::Command::new(support::binary())
         .arg("--config")
         .arg(&bad.0)
         .arg("--check-config")
@@ -385,26 +405,119 @@ fn check_config_validates_and_exits() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn what_is_not_supported_is_refused_not_ignored() {
-    use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::RateLimitOverride;
     let rls = shop(&[]);
     let mut client = rls.client().await;
-    let mut overridden = request("shop", &[]);
-    let mut d = descriptor(&[("remote_address", "o")]);
-    d.limit = Some(RateLimitOverride {
-        requests_per_unit: 1000,
-        unit: Unit::Second as i32,
-    });
-    overridden.descriptors.push(d);
-    let error = client.should_rate_limit(overridden).await.unwrap_err();
-    assert_eq!(error.code(), tonic::Code::InvalidArgument);
-    assert!(
-        error.message().contains("overrides are not supported"),
-        "{error:?}"
-    );
     let mut refund = request("shop", &[]);
     let mut d = descriptor(&[("remote_address", "o")]);
     d.is_negative_hits = true;
     refund.descriptors.push(d);
     let error = client.should_rate_limit(refund).await.unwrap_err();
     assert_eq!(error.code(), tonic::Code::InvalidArgument);
+}
+
+fn overridden(entries: &[(&str, &str)], requests_per_unit: u32, unit: i32) -> RateLimitRequest {
+    use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::RateLimitOverride;
+    let mut d = descriptor(entries);
+    d.limit = Some(RateLimitOverride {
+        requests_per_unit,
+        unit,
+    });
+    let mut r = request("shop", &[]);
+    r.descriptors.push(d);
+    r
+}
+
+/// A descriptor's `limit` (sent by Envoy from dynamic metadata) takes the place of the
+/// configured rule, with the descriptor's own key; it is not shadowed.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_limit_override_in_the_request_is_the_limit() {
+    use envoy_types::pb::envoy::r#type::v3::RateLimitUnit;
+    let rls = shop(&[]);
+    let mut client = rls.client().await;
+    // The configured rule allows 3 a minute; the override 2 an hour, on a shadowed key too.
+    for entries in [[("remote_address", "ov")], [("trial", "ov")]] {
+        let req = overridden(&entries, 2, RateLimitUnit::Hour as i32);
+        let mut codes = Vec::new();
+        for _ in 0..3 {
+            codes.push(code(&ask(&mut client, req.clone()).await));
+        }
+        assert_eq!(codes, [Code::Ok, Code::Ok, Code::OverLimit], "{entries:?}");
+        let answer = ask(&mut client, req).await;
+        let limit = answer.statuses[0].current_limit.as_ref().unwrap();
+        assert_eq!(
+            (limit.requests_per_unit, limit.unit),
+            (2, Unit::Hour as i32)
+        );
+    }
+    // The configured limit of the same descriptor is untouched.
+    let plain = ask(&mut client, request("shop", &[&[("remote_address", "ov")]])).await;
+    assert_eq!(plain.statuses[0].limit_remaining, 2);
+    // What cannot be a quota is refused, saying what to send.
+    let zero = overridden(&[("remote_address", "z")], 0, RateLimitUnit::Second as i32);
+    let error = client.should_rate_limit(zero).await.unwrap_err();
+    assert_eq!(error.code(), tonic::Code::InvalidArgument);
+    assert!(error.message().contains("at least 1"), "{error:?}");
+    let unknown = overridden(&[("remote_address", "z")], 5, RateLimitUnit::Unknown as i32);
+    let error = client.should_rate_limit(unknown).await.unwrap_err();
+    assert!(error.message().contains("SECOND, MINUTE"), "{error:?}");
+}
+
+const REPLACING: &str = "
+domain: api
+descriptors:
+  - key: client
+    rate_limit: { name: per_client, unit: minute, requests_per_unit: 1 }
+  - key: plan
+    value: gold
+    rate_limit: { name: gold, unit: minute, requests_per_unit: 100, replaces: [{ name: per_client }] }
+";
+
+/// A matched rule that `replaces` another by name: the replaced one is not applied.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_rule_replaces_another_by_name() {
+    let rls = Rls::start(&[("api.yaml", REPLACING)], &[]);
+    let mut client = rls.client().await;
+    let gold = request("api", &[&[("client", "g")], &[("plan", "gold")]]);
+    for _ in 0..3 {
+        let answer = ask(&mut client, gold.clone()).await;
+        assert_eq!(code(&answer), Code::Ok);
+        assert!(
+            answer.statuses[0].current_limit.is_none(),
+            "replaced: no limit"
+        );
+    }
+    let plain = request("api", &[&[("client", "g")], &[("plan", "free")]]);
+    assert_eq!(code(&ask(&mut client, plain.clone()).await), Code::Ok);
+    assert_eq!(code(&ask(&mut client, plain).await), Code::OverLimit);
+}
+
+const FILES: &str = "
+domain: files
+descriptors:
+  - key: path
+    value: /shared/*
+    share_threshold: true
+    rate_limit: { unit: minute, requests_per_unit: 2 }
+  - key: path
+    value: /own/*
+    rate_limit: { unit: minute, requests_per_unit: 2 }
+";
+
+/// `share_threshold: true` on a wildcard: every matching value spends one quota; without it,
+/// each value has its own.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_shared_threshold_is_one_quota_for_every_matching_value() {
+    let rls = Rls::start(&[("files.yaml", FILES)], &[]);
+    let mut client = rls.client().await;
+    let path = |p: &str| request("files", &[&[("path", p)]]);
+    let mut shared = Vec::new();
+    for p in ["/shared/a", "/shared/b", "/shared/c"] {
+        shared.push(code(&ask(&mut client, path(p)).await));
+    }
+    assert_eq!(shared, [Code::Ok, Code::Ok, Code::OverLimit]);
+    let mut own = Vec::new();
+    for p in ["/own/a", "/own/b", "/own/c"] {
+        own.push(code(&ask(&mut client, path(p)).await));
+    }
+    assert_eq!(own, [Code::Ok, Code::Ok, Code::Ok]);
 }

@@ -2,6 +2,8 @@
 //! configuration directory of its own, driven by a tonic client; killed on drop (also on panic).
 #![allow(dead_code)]
 
+pub mod redis;
+
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
 use std::process::{Child, Command, ExitStatus, Stdio};
@@ -53,10 +55,38 @@ impl Drop for ConfigDir {
     }
 }
 
+/// Runs the binary with `args` until it exits by itself (bounded): its exit code and stderr.
+pub fn run_to_exit(args: &[&str]) -> (Option<i32>, String) {
+    let mut child = Command::new(binary())
+        .args(args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("flowguard-rls starts");
+    let deadline = Instant::now() + READY_WITHIN;
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("flowguard-rls {args:?} did not exit within {READY_WITHIN:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let mut stderr = String::new();
+    let _ = std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr);
+    (status.code(), stderr)
+}
+
 /// One running `flowguard-rls`.
 pub struct Rls {
     child: Option<Child>,
+    /// The gRPC address.
     pub addr: String,
+    /// The debug HTTP address (`/metrics`, `/healthcheck`, `/rlconfig`, `/json`).
+    pub debug_addr: String,
     pub config: ConfigDir,
     log: PathBuf,
 }
@@ -71,15 +101,27 @@ impl Rls {
         Rls::start_in(ConfigDir::new(files), args)
     }
 
+    /// The file a service started with `config` logs to.
+    pub fn log_path(config: &ConfigDir) -> PathBuf {
+        config.0.with_extension("log")
+    }
+
     pub fn start_in(config: ConfigDir, args: &[&str]) -> Rls {
-        let log = config.0.with_extension("log");
+        Rls::start_in_env(config, args, &[])
+    }
+
+    /// Starts the service with environment variables too.
+    pub fn start_in_env(config: ConfigDir, args: &[&str], envs: &[(&str, &str)]) -> Rls {
+        let log = Rls::log_path(&config);
         let stderr = std::fs::File::create(&log).unwrap();
         let mut child = Command::new(binary())
             .arg("--config")
             .arg(&config.0)
-            .args(["--listen", "127.0.0.1:0", "--reload-interval-ms", "50"])
+            .args(["--listen", "127.0.0.1:0", "--debug-listen", "127.0.0.1:0"])
+            .args(["--reload-interval-ms", "50"])
             .args(args)
             .env("RUST_LOG", "info")
+            .envs(envs.iter().copied())
             .stdout(Stdio::piped())
             .stderr(Stdio::from(stderr))
             .spawn()
@@ -89,22 +131,43 @@ impl Rls {
         std::thread::spawn(move || {
             for line in BufReader::new(stdout).lines() {
                 let Ok(line) = line else { break };
-                if let Some(addr) = line.strip_prefix("listening on ") {
-                    let _ = tx.send(addr.to_string());
+                for (prefix, which) in [("debug listening on ", 0), ("listening on ", 1)] {
+                    if let Some(addr) = line.strip_prefix(prefix) {
+                        let _ = tx.send((which, addr.to_string()));
+                        break;
+                    }
                 }
             }
         });
         let mut rls = Rls {
             child: Some(child),
             addr: String::new(),
+            debug_addr: String::new(),
             config,
             log,
         };
-        match rx.recv_timeout(READY_WITHIN) {
-            Ok(addr) => rls.addr = addr,
-            Err(_) => panic!("flowguard-rls did not start; log:\n{}", rls.log_text()),
+        // The debug address is printed first, then the gRPC one once everything is bound.
+        while rls.addr.is_empty() {
+            match rx.recv_timeout(READY_WITHIN) {
+                Ok((0, addr)) => rls.debug_addr = addr,
+                Ok((_, addr)) => rls.addr = addr,
+                Err(_) => panic!("flowguard-rls did not start; log:\n{}", rls.log_text()),
+            }
         }
         rls
+    }
+
+    /// `GET` (or with a body, `POST`) of `path` on the debug listener: the status and the body.
+    pub async fn http(&self, path: &str, body: Option<&str>) -> (u16, String) {
+        let url = format!("http://{}{path}", self.debug_addr);
+        let client = reqwest::Client::new();
+        let request = match body {
+            Some(body) => client.post(url).body(body.to_string()),
+            None => client.get(url),
+        };
+        let response = request.send().await.expect("the debug listener answers");
+        let status = response.status().as_u16();
+        (status, response.text().await.expect("a text body"))
     }
 
     pub fn log_text(&self) -> String {

@@ -1,15 +1,14 @@
 //! The configuration format of flowguard-rls: the example files parse, descriptors match as the
 //! reference service matches them, and bad files are refused with the file, the path inside and
 //! what to change.
-#![cfg(feature = "rls")]
 
 use std::path::{Path, PathBuf};
 
-use flowguard::rls::config::{ConfigSet, Limit, LimitRule, Lookup, Rate, Unit, parse_domain};
-use flowguard::rls::source::ConfigSource;
+use flowguard_rls::config::{ConfigSet, Limit, LimitRule, Lookup, Rate, Unit, parse_domain};
+use flowguard_rls::source::ConfigSource;
 
 fn examples() -> ConfigSet {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/rls");
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples");
     ConfigSource::new(vec![dir])
         .read()
         .expect("the example files are readable")
@@ -138,9 +137,9 @@ const BAD: &[(&str, &str, &str)] = &[
         "missing `unit`",
     ),
     (
-        "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: week, requests_per_unit: 1}\n",
+        "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: fortnight, requests_per_unit: 1}\n",
         "descriptors[0].rate_limit.unit",
-        "use second, minute, hour or day",
+        "use second, minute, hour, day, week, month or year",
     ),
     (
         "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second}\n",
@@ -168,11 +167,45 @@ const BAD: &[(&str, &str, &str)] = &[
         "appears twice",
     ),
     (
-        "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1, replaces: [{name: x}]}\n",
-        "descriptors[0].rate_limit.replaces",
-        "not supported",
+        "domain: d\ndescriptors:\n  - key: k\n    value: exact\n    share_threshold: true\n    rate_limit: {unit: second, requests_per_unit: 1}\n",
+        "descriptors[0].share_threshold",
+        "wildcard value",
+    ),
+    (
+        "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1, replaces: [{name: ''}]}\n",
+        "descriptors[0].rate_limit.replaces[0].name",
+        "non-empty `name`",
+    ),
+    (
+        "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {name: x, unit: second, requests_per_unit: 1, replaces: [{name: y}, {name: x}]}\n",
+        "descriptors[0].rate_limit.replaces[1].name",
+        "replaces itself",
     ),
 ];
+
+#[test]
+fn the_units_are_the_reference_services_and_replaces_names_rules() {
+    let text = "domain: d\ndescriptors:
+  - key: w
+    rate_limit: { unit: week, requests_per_unit: 7 }
+  - key: m
+    rate_limit: { unit: Month, requests_per_unit: 30 }
+  - key: y
+    rate_limit: { name: yearly, unit: YEAR, requests_per_unit: 365, replaces: [{ name: w }] }
+";
+    let set = ConfigSet::new(vec![parse_domain(Path::new("d.yaml"), text).unwrap()]).unwrap();
+    let day = 86_400;
+    for (key, unit, secs) in [
+        ("w", Unit::Week, 7 * day),
+        ("m", Unit::Month, 30 * day),
+        ("y", Unit::Year, 365 * day),
+    ] {
+        let rate = rate(&set, "d", &[(key, "v")]);
+        assert_eq!(rate.unit, unit);
+        assert_eq!(rate.unit.period().as_secs(), secs);
+    }
+    assert_eq!(rule(&set, "d", &[("y", "v")]).replaces, ["w"]);
+}
 
 #[test]
 fn bad_files_are_refused_with_file_path_and_what_to_change() {

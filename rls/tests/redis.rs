@@ -1,13 +1,11 @@
 //! flowguard-rls on Redis: instances share quotas, and a Redis outage is `UNAVAILABLE` unless a
 //! failure policy answers. Each test starts its own `redis-server` on a free loopback port.
-#![cfg(feature = "rls")]
 
-mod rls_support;
 mod support;
 
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
-use rls_support::{Rls, ask, code, request};
-use support::{RedisCluster, RedisServer};
+use support::redis::{RedisCluster, RedisServer};
+use support::{Rls, ask, code, request};
 
 const API: &str = "
 domain: api
@@ -80,6 +78,9 @@ async fn redis_down_is_unavailable_by_default() {
     redis.kill();
     let error = client.should_rate_limit(req.clone()).await.unwrap_err();
     assert_eq!(error.code(), tonic::Code::Unavailable, "{error:?}");
+    // The message names what to change.
+    assert!(error.message().contains("--on-redis-failure"), "{error:?}");
+    assert!(!error.message().contains("limiters apply"), "{error:?}");
     // A descriptor no rule matches needs no store: still answered.
     let free = ask(&mut client, request("api", &[&[("other", "x")]])).await;
     assert_eq!(code(&free), Code::Ok);
@@ -127,9 +128,9 @@ fn a_quota_the_policy_or_batch_cannot_serve_is_refused_at_start() {
         ["--two-tier-batch", "2"],
         ["--on-redis-failure", "local-instances=2"],
     ] {
-        let out = std::process::Command::new(rls_support::binary())
+        let out = std::process::Command::new(support::binary())
             .arg("--config")
-            .arg(&rls_support::ConfigDir::new(&[("api.yaml", API)]).0)
+            .arg(&support::ConfigDir::new(&[("api.yaml", API)]).0)
             .args(["--redis", &redis.url()])
             .args(args)
             .output()
@@ -235,4 +236,51 @@ descriptors:
     let mut client = instances[0].client().await;
     let wide = ask(&mut client, request("api", &[&[("wide", "w")]])).await;
     assert_eq!(wide.statuses[0].limit_remaining, 5000 - pairs_allowed - 1);
+}
+
+/// Without `--wait-for-redis`, a Redis that does not answer stops the start at once, with a
+/// message naming the flags to change.
+#[test]
+fn an_unreachable_redis_stops_the_start_and_names_the_flags() {
+    let config = support::ConfigDir::new(&[("api.yaml", API)]);
+    let url = format!("redis://127.0.0.1:{}", support::redis::free_port());
+    let dir = config.0.to_str().unwrap();
+    let args = ["--config", dir, "--redis", &url, "--listen", "127.0.0.1:0"];
+    let (code, stderr) = support::run_to_exit(&args);
+    assert_eq!(code, Some(1), "{stderr}");
+    for flag in ["--redis", "--wait-for-redis", "--on-redis-failure"] {
+        assert!(stderr.contains(flag), "{flag} in {stderr}");
+    }
+    assert!(stderr.contains(&url), "{stderr}");
+}
+
+/// With `--wait-for-redis`, the service says it waits, and serves once Redis answers.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_start_waits_for_redis_behind_a_flag() {
+    let config = support::ConfigDir::new(&[("api.yaml", API)]);
+    let port = support::redis::free_port();
+    let url = format!("redis://127.0.0.1:{port}");
+    // Redis starts once the service has said that it waits for it.
+    let log = Rls::log_path(&config);
+    let redis = std::thread::spawn(move || {
+        for _ in 0..1500 {
+            let text = std::fs::read_to_string(&log).unwrap_or_default();
+            if text.contains("--wait-for-redis") {
+                return RedisServer::start_on(port, &[]);
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        panic!("the service never said it waits for Redis");
+    });
+    let rls = Rls::start_in(config, &["--redis", &url, "--wait-for-redis", "60"]);
+    let _redis = redis.join().expect("Redis started");
+    let mut client = rls.client().await;
+    let answer = ask(&mut client, request("api", &[&[("client", "w")]])).await;
+    assert_eq!(code(&answer), Code::Ok);
+    assert_eq!(answer.statuses[0].limit_remaining, 3);
+    assert!(
+        rls.log_text().contains("Redis answers"),
+        "{}",
+        rls.log_text()
+    );
 }

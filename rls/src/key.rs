@@ -6,7 +6,7 @@
 /// injective whatever bytes the parts hold (`a:b` + `c` and `a` + `b:c` differ).
 ///
 /// ```
-/// use flowguard::rls::limiter_key;
+/// use flowguard_rls::limiter_key;
 ///
 /// assert_eq!(limiter_key("shop", [("path", "/a")]), b"4:shop4:path2:/a".to_vec());
 /// assert_ne!(limiter_key("a", [("b", "c")]), limiter_key("a1:b", [("", "c")]));

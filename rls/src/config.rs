@@ -42,6 +42,12 @@ pub enum Unit {
     Hour,
     /// One day (86,400 s).
     Day,
+    /// One week (7 days).
+    Week,
+    /// One month: 30 days, as envoyproxy/ratelimit counts it.
+    Month,
+    /// One year: 365 days, as envoyproxy/ratelimit counts it.
+    Year,
 }
 
 impl Unit {
@@ -52,7 +58,23 @@ impl Unit {
             Unit::Minute => 60,
             Unit::Hour => 3600,
             Unit::Day => 86_400,
+            Unit::Week => 7 * 86_400,
+            Unit::Month => 30 * 86_400,
+            Unit::Year => 365 * 86_400,
         })
+    }
+
+    /// The unit's name as the protobuf enum spells it (`SECOND`, `MINUTE`, …).
+    pub fn name(self) -> &'static str {
+        match self {
+            Unit::Second => "SECOND",
+            Unit::Minute => "MINUTE",
+            Unit::Hour => "HOUR",
+            Unit::Day => "DAY",
+            Unit::Week => "WEEK",
+            Unit::Month => "MONTH",
+            Unit::Year => "YEAR",
+        }
     }
 
     fn parse(text: &str) -> Option<Unit> {
@@ -61,6 +83,9 @@ impl Unit {
             "minute" => Some(Unit::Minute),
             "hour" => Some(Unit::Hour),
             "day" => Some(Unit::Day),
+            "week" => Some(Unit::Week),
+            "month" => Some(Unit::Month),
+            "year" => Some(Unit::Year),
             _ => None,
         }
     }
@@ -93,6 +118,14 @@ pub struct LimitRule {
     pub limit: Limit,
     /// `rate_limit.name`, reported in `current_limit.name`.
     pub name: Option<String>,
+    /// `rate_limit.replaces[].name`: when this rule applies, rules with these names in the same
+    /// request are not applied (as envoyproxy/ratelimit does).
+    pub replaces: Vec<String>,
+    /// The entries whose wildcard values share one threshold (`share_threshold: true` on that
+    /// descriptor or one above): (entry index, configured value such as `files/*`). The quota
+    /// key holds the configured value there instead of the request's, so every matching value
+    /// spends one quota.
+    pub shared_values: Vec<(usize, String)>,
     /// `shadow_mode`: decide and count, but always answer OK.
     pub shadow_mode: bool,
     /// `detailed_metric`: label metrics with the request's values rather than the config path.
@@ -310,6 +343,47 @@ impl ConfigSet {
     pub fn domains(&self) -> impl Iterator<Item = &DomainConfig> {
         self.domains.values()
     }
+
+    /// Every rule as one line, sorted: `domain.path: unit=MINUTE requests_per_unit=60
+    /// burst=60, shadow_mode: false` (as envoyproxy/ratelimit's `/rlconfig` prints them, plus the
+    /// burst and the name), or `domain.path: unlimited, shadow_mode: false`.
+    ///
+    /// ```
+    /// use flowguard_rls::config::{ConfigSet, parse_domain};
+    ///
+    /// let text = "domain: shop\ndescriptors:\n  - key: ip\n    rate_limit: { unit: minute, requests_per_unit: 60 }\n";
+    /// let set = ConfigSet::new(vec![parse_domain("shop.yaml".as_ref(), text)?])?;
+    /// assert_eq!(set.dump(), "shop.ip: unit=MINUTE requests_per_unit=60 burst=60, shadow_mode: false\n");
+    /// # Ok::<(), flowguard_rls::config::ConfigError>(())
+    /// ```
+    pub fn dump(&self) -> String {
+        let mut lines = Vec::with_capacity(self.rule_count);
+        for domain in self.domains.values() {
+            let mut rules = Vec::new();
+            collect_rules(&domain.root, &mut rules);
+            for rule in rules {
+                let limit = match rule.limit {
+                    Limit::Unlimited => "unlimited".to_string(),
+                    Limit::Rate(rate) => format!(
+                        "unit={} requests_per_unit={} burst={}",
+                        rate.unit.name(),
+                        rate.requests_per_unit,
+                        rate.burst.unwrap_or(rate.requests_per_unit)
+                    ),
+                };
+                let name = match &rule.name {
+                    Some(name) => format!(", name: {name}"),
+                    None => String::new(),
+                };
+                lines.push(format!(
+                    "{}.{}: {limit}, shadow_mode: {}{name}\n",
+                    domain.domain, rule.stat_path, rule.shadow_mode
+                ));
+            }
+        }
+        lines.sort();
+        lines.concat()
+    }
 }
 
 fn number_rules(level: &mut Level, next: &mut usize) {
@@ -351,6 +425,8 @@ struct RawDescriptor {
     shadow_mode: bool,
     #[serde(default)]
     detailed_metric: bool,
+    #[serde(default)]
+    share_threshold: bool,
 }
 
 #[derive(Deserialize)]
@@ -362,7 +438,14 @@ struct RawRateLimit {
     unlimited: bool,
     name: Option<String>,
     burst: Option<u32>,
-    replaces: Option<serde_norway::Value>,
+    #[serde(default)]
+    replaces: Vec<RawReplace>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawReplace {
+    name: Option<String>,
 }
 
 /// Parses one file's text into a domain. `file` is only used in errors.
@@ -398,7 +481,7 @@ pub fn parse_domain(file: &Path, text: &str) -> Result<DomainConfig, ConfigError
             ));
         }
     };
-    let root = parse_level(file, "", "", &raw.descriptors)?;
+    let root = parse_level(file, "", "", 0, &[], &raw.descriptors)?;
     Ok(DomainConfig {
         domain,
         file: file.to_path_buf(),
@@ -406,10 +489,14 @@ pub fn parse_domain(file: &Path, text: &str) -> Result<DomainConfig, ConfigError
     })
 }
 
+/// Parses the descriptors at `depth` (0 for the top level); `shared` are the entries above
+/// whose wildcard values share one threshold (`share_threshold: true`): (depth, configured value).
 fn parse_level(
     file: &Path,
     path: &str,
     stat_prefix: &str,
+    depth: usize,
+    shared: &[(usize, String)],
     raws: &[RawDescriptor],
 ) -> Result<Level, ConfigError> {
     let mut level = Level::default();
@@ -445,13 +532,38 @@ fn parse_level(
         } else {
             format!("{stat_prefix}.{stat_part}")
         };
+        let mut shared = shared.to_vec();
+        if raw.share_threshold {
+            match (&value, &raw.value) {
+                (ValueMatch::Prefix(_), Some(pattern)) => shared.push((depth, pattern.clone())),
+                _ => {
+                    return Err(ConfigError::new(
+                        file,
+                        format!("{here}.share_threshold"),
+                        "share_threshold applies to a wildcard value (ending in `*`): make the \
+                         value a wildcard or remove share_threshold",
+                    ));
+                }
+            }
+        }
         // `shadow_mode` / `detailed_metric` without a `rate_limit` have nothing to apply to;
         // accepted, as the reference service does.
         let rule = match &raw.rate_limit {
             None => None,
-            Some(rl) => Some(parse_rule(file, &here, rl, raw, stat_path.clone())?),
+            Some(rl) => {
+                let mut rule = parse_rule(file, &here, rl, raw, stat_path.clone())?;
+                rule.shared_values = shared.clone();
+                Some(rule)
+            }
         };
-        let children = parse_level(file, &here, &stat_path, &raw.descriptors)?;
+        let children = parse_level(
+            file,
+            &here,
+            &stat_path,
+            depth + 1,
+            &shared,
+            &raw.descriptors,
+        )?;
         let index = level.nodes.len();
         let duplicate = match &value {
             ValueMatch::Any => level.any.insert(key.clone(), index).is_some(),
@@ -493,13 +605,26 @@ fn parse_rule(
     stat_path: String,
 ) -> Result<LimitRule, ConfigError> {
     let at = |field: &str| format!("{here}.rate_limit.{field}");
-    if rl.replaces.is_some() {
-        return Err(ConfigError::new(
-            file,
-            at("replaces"),
-            "`replaces` is not supported by flowguard-rls: every matched descriptor is checked \
-             against its own limit; remove it",
-        ));
+    let mut replaces = Vec::with_capacity(rl.replaces.len());
+    for (i, replace) in rl.replaces.iter().enumerate() {
+        let name = match replace.name.as_deref() {
+            Some(name) if !name.is_empty() => name,
+            _ => {
+                return Err(ConfigError::new(
+                    file,
+                    format!("{here}.rate_limit.replaces[{i}].name"),
+                    "a `replaces` entry names the rate limit it replaces: give it a non-empty `name`",
+                ));
+            }
+        };
+        if rl.name.as_deref() == Some(name) {
+            return Err(ConfigError::new(
+                file,
+                format!("{here}.rate_limit.replaces[{i}].name"),
+                format!("the rate limit {name:?} replaces itself: name another rate limit"),
+            ));
+        }
+        replaces.push(name.to_string());
     }
     let limit = if rl.unlimited {
         if rl.unit.is_some() || rl.requests_per_unit.is_some() || rl.burst.is_some() {
@@ -516,14 +641,16 @@ fn parse_rule(
             ConfigError::new(
                 file,
                 at("unit"),
-                "missing `unit`: use second, minute, hour or day",
+                "missing `unit`: use second, minute, hour, day, week, month or year",
             )
         })?;
         let unit = Unit::parse(unit_text).ok_or_else(|| {
             ConfigError::new(
                 file,
                 at("unit"),
-                format!("unknown unit {unit_text:?}: use second, minute, hour or day"),
+                format!(
+                    "unknown unit {unit_text:?}: use second, minute, hour, day, week, month or year"
+                ),
             )
         })?;
         let requests_per_unit = match rl.requests_per_unit {
@@ -561,6 +688,8 @@ fn parse_rule(
     Ok(LimitRule {
         limit,
         name: rl.name.clone(),
+        replaces,
+        shared_values: Vec::new(),
         shadow_mode: raw.shadow_mode,
         detailed_metric: raw.detailed_metric,
         stat_path,
