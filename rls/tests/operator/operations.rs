@@ -2,7 +2,7 @@
 //! `/rlconfig` and `/json`, the logs (JSON, no colour in a file), an unknown domain warned about
 //! once and counted, and global shadow mode. Everything over loopback, in memory.
 
-mod support;
+use crate::support;
 
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use support::{Rls, ask, code, request};

@@ -3,7 +3,7 @@
 //! client without a certificate, is not. The certificates are made by the test, for
 //! `localhost`, on loopback.
 
-mod support;
+use crate::support;
 
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;

@@ -1,7 +1,7 @@
 //! flowguard-rls as Envoy sees it: the binary on a loopback port, the in-memory backend, a gRPC
 //! client sending `ShouldRateLimit`.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

@@ -1,7 +1,7 @@
 //! flowguard-rls on Redis: instances share quotas, and a Redis outage is `UNAVAILABLE` unless a
 //! failure policy answers. Each test starts its own `redis-server` on a free loopback port.
 
-mod support;
+use crate::support;
 
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use support::redis::{RedisCluster, RedisServer};
