@@ -3,7 +3,7 @@
 //! Clients that get `429` or `503` must back off without synchronising into retry storms,
 //! and never come back sooner than the server asked. The pieces, pure cores first:
 //!
-//! - [`jitter`]: backoff sequences as seedable iterators over `Duration` —
+//! - Backoff sequences as seedable iterators over `Duration` —
 //!   [`DecorrelatedJitter`] (`min(cap, uniform(base, prev * 3))`), [`CapAwareJitter`] (keeps
 //!   its jitter at the cap instead of clamping onto it), [`FullJitter`] and [`Exponential`].
 //! - [`RetryBudget`]: retries limited to a share of recent requests plus a floor per second.
@@ -30,7 +30,7 @@ mod budget;
 mod classify;
 mod error;
 mod http_policy;
-pub mod jitter;
+mod jitter;
 mod metrics;
 mod policy;
 mod retry;
@@ -49,7 +49,9 @@ pub use budget::RetryBudget;
 pub use classify::{BoxError, ErrorClassifier, TransientErrors, is_transient};
 pub use error::{ConfigError, GiveUp, RetryError};
 pub use http_policy::{HttpRetryPolicy, IDEMPOTENCY_KEY};
-pub use jitter::{BackoffBounds, CapAwareJitter, DecorrelatedJitter, Exponential, FullJitter};
+pub use jitter::{
+    BackoffBounds, CapAwareJitter, DecorrelatedJitter, Exponential, FullJitter, MAX_CAP,
+};
 pub use policy::{RetryPolicy, RetryPolicyBuilder, RetryState};
 pub use retry::{AttemptEnd, AttemptHook, Classification, NoHook};
 pub use strategy::{Backoff, BackoffStrategy};

@@ -67,6 +67,13 @@ pub struct GuardBuilder {
     legacy_reset: Option<crate::backoff::LegacyReset>,
 }
 
+impl Guard {
+    /// Starts configuring a guard.
+    pub fn builder() -> GuardBuilder {
+        GuardBuilder::default()
+    }
+}
+
 impl GuardBuilder {
     /// The quota every key of an inbound request gets, kept in memory (a bounded
     /// [`KeyedRateLimiter`](crate::gcra::KeyedRateLimiter) with byte keys) unless

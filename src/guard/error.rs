@@ -154,8 +154,8 @@ impl std::error::Error for AdmitError {
 #[non_exhaustive]
 pub enum QuotaLayerError {
     /// The layer's policies were refused (none, an empty or duplicate tier, a duplicate or
-    /// unprintable policy name, ...): see [`crate::gcra::layer::BuildError`].
-    Layer(crate::gcra::layer::BuildError),
+    /// unprintable policy name, ...): see [`crate::gcra::layer::LayerBuildError`].
+    Layer(crate::gcra::layer::LayerBuildError),
     /// The guard's quota is a limiter of your own
     /// ([`rate_limit`](super::GuardBuilder::rate_limit)), whose store the guard does not know.
     OwnRateLimit,
@@ -224,14 +224,14 @@ impl std::error::Error for QuotaLayerError {
 }
 
 #[cfg(feature = "tower")]
-impl From<crate::gcra::layer::BuildError> for QuotaLayerError {
+impl From<crate::gcra::layer::LayerBuildError> for QuotaLayerError {
     /// The builder's error; one of this type that the store raised is unwrapped.
-    fn from(error: crate::gcra::layer::BuildError) -> Self {
-        use crate::gcra::layer::BuildError;
+    fn from(error: crate::gcra::layer::LayerBuildError) -> Self {
+        use crate::gcra::layer::LayerBuildError;
         match error {
-            BuildError::Store(inner) => match inner.downcast::<QuotaLayerError>() {
+            LayerBuildError::Store(inner) => match inner.downcast::<QuotaLayerError>() {
                 Ok(ours) => *ours,
-                Err(other) => QuotaLayerError::Layer(BuildError::Store(other)),
+                Err(other) => QuotaLayerError::Layer(LayerBuildError::Store(other)),
             },
             other => QuotaLayerError::Layer(other),
         }

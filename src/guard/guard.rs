@@ -87,11 +87,6 @@ pub struct Guard {
 pub type GuardError<T, E> = RetryError<T, E, AcquireError>;
 
 impl Guard {
-    /// Starts configuring a guard.
-    pub fn builder() -> super::GuardBuilder {
-        super::GuardBuilder::default()
-    }
-
     /// Checks one token of `key`'s quota for an inbound request.
     /// Without a configured quota this is [`AdmitError::NoRateLimit`].
     ///

@@ -7,7 +7,7 @@ use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
 
-use flowguard::gcra::layer::{BuildError, HeaderKey, Policy, QuotaLayer, QuotaLayerBuilder};
+use flowguard::gcra::layer::{HeaderKey, LayerBuildError, Policy, QuotaLayer, QuotaLayerBuilder};
 use flowguard::gcra::{Demand, KeyedRateLimiter, LimitSet, Quota};
 use flowguard::headers::{QuotaPolicy, ServiceLimit};
 use flowguard::{Guard, QuotaLayerError};
@@ -119,7 +119,7 @@ async fn policies_the_layer_refuses_and_a_store_the_guard_does_not_know_are_type
     let guard = Guard::builder().build().await.unwrap();
     let none = guard.quota_layer(QuotaLayer::builder(HeaderKey::new("x-api-key").unwrap()));
     assert!(
-        matches!(none, Err(QuotaLayerError::Layer(BuildError::NoPolicy))),
+        matches!(none, Err(QuotaLayerError::Layer(LayerBuildError::NoPolicy))),
         "{:?}",
         none.err()
     );

@@ -1,5 +1,5 @@
 //! [`QuotaLayerBuilder`]: policies and tiers, compiled into a [`QuotaLayer`] over one
-//! [`LimitSet`]; [`BuildError`]: what it refuses.
+//! [`LimitSet`]; [`LayerBuildError`]: what it refuses.
 
 use std::collections::HashMap;
 use std::error::Error;
@@ -64,7 +64,7 @@ impl<K> QuotaLayerBuilder<K> {
 
     /// Keeps the quotas in memory ([`MemoryLimitSet`] with its defaults: atomic, up to 2^20
     /// keys per policy). See [`build_with`](Self::build_with) for other stores and settings.
-    pub fn build(self) -> Result<QuotaLayer<MemoryLimitSet, K>, BuildError> {
+    pub fn build(self) -> Result<QuotaLayer<MemoryLimitSet, K>, LayerBuildError> {
         self.build_with(|specs| {
             Ok::<_, std::convert::Infallible>(MemoryLimitSet::new(
                 specs.iter().map(LimitSpec::quota),
@@ -92,18 +92,18 @@ impl<K> QuotaLayerBuilder<K> {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     ///
-    /// The set must have exactly these limits with these quotas ([`BuildError::SetMismatch`]
+    /// The set must have exactly these limits with these quotas ([`LayerBuildError::SetMismatch`]
     /// otherwise).
     pub fn build_with<J, E>(
         self,
         make: impl FnOnce(&[LimitSpec]) -> Result<J, E>,
-    ) -> Result<QuotaLayer<J, K>, BuildError>
+    ) -> Result<QuotaLayer<J, K>, LayerBuildError>
     where
         J: LimitSet,
         E: Into<Box<dyn Error + Send + Sync>>,
     {
         let (specs, tiers) = compile(&self.tiers)?;
-        let set = make(&specs).map_err(|e| BuildError::Store(e.into()))?;
+        let set = make(&specs).map_err(|e| LayerBuildError::Store(e.into()))?;
         check_set(&set, &specs)?;
         Ok(QuotaLayer::from_parts(
             Arc::new(set),
@@ -120,38 +120,41 @@ impl<K> QuotaLayerBuilder<K> {
 }
 
 /// The limits the tiers need, and the tiers as the layer applies them.
-fn compile(tiers: &[(String, Vec<Policy>)]) -> Result<(Vec<LimitSpec>, Box<[Tier]>), BuildError> {
+fn compile(
+    tiers: &[(String, Vec<Policy>)],
+) -> Result<(Vec<LimitSpec>, Box<[Tier]>), LayerBuildError> {
     if tiers.is_empty() {
-        return Err(BuildError::NoPolicy);
+        return Err(LayerBuildError::NoPolicy);
     }
     let mut specs = Vec::new();
     let mut globals: HashMap<&str, (usize, Quota)> = HashMap::new();
     let mut compiled = Vec::with_capacity(tiers.len());
     for (i, (tier, policies)) in tiers.iter().enumerate() {
         if tiers[..i].iter().any(|(other, _)| other == tier) {
-            return Err(BuildError::DuplicateTier { tier: tier.clone() });
+            return Err(LayerBuildError::DuplicateTier { tier: tier.clone() });
         }
         if policies.is_empty() {
-            return Err(BuildError::EmptyTier { tier: tier.clone() });
+            return Err(LayerBuildError::EmptyTier { tier: tier.clone() });
         }
         let mut rules = Vec::with_capacity(policies.len());
         let mut advertised = Vec::with_capacity(policies.len());
         for (j, policy) in policies.iter().enumerate() {
             if policies[..j].iter().any(|p| p.name() == policy.name()) {
-                return Err(BuildError::DuplicatePolicy {
+                return Err(LayerBuildError::DuplicatePolicy {
                     tier: tier.clone(),
                     policy: policy.name().to_owned(),
                 });
             }
-            let name = PolicyName::new(policy.name()).map_err(|source| BuildError::PolicyName {
-                policy: policy.name().to_owned(),
-                source,
-            })?;
+            let name =
+                PolicyName::new(policy.name()).map_err(|source| LayerBuildError::PolicyName {
+                    policy: policy.name().to_owned(),
+                    source,
+                })?;
             let limit = match policy.scope() {
                 Scope::Global => match globals.get(policy.name()) {
                     Some(&(limit, quota)) if quota == policy.quota() => limit,
                     Some(_) => {
-                        return Err(BuildError::ConflictingGlobal {
+                        return Err(LayerBuildError::ConflictingGlobal {
                             policy: policy.name().to_owned(),
                         });
                     }
@@ -185,7 +188,7 @@ fn compile(tiers: &[(String, Vec<Policy>)]) -> Result<(Vec<LimitSpec>, Box<[Tier
             name: tier.clone(),
             policies: rules.into(),
             // Not empty: checked above.
-            list: PolicyList::new(advertised).map_err(|source| BuildError::PolicyName {
+            list: PolicyList::new(advertised).map_err(|source| LayerBuildError::PolicyName {
                 policy: tier.clone(),
                 source,
             })?,
@@ -195,9 +198,9 @@ fn compile(tiers: &[(String, Vec<Policy>)]) -> Result<(Vec<LimitSpec>, Box<[Tier
 }
 
 /// The set has the limits the layer asked for.
-fn check_set<J: LimitSet>(set: &J, specs: &[LimitSpec]) -> Result<(), BuildError> {
+fn check_set<J: LimitSet>(set: &J, specs: &[LimitSpec]) -> Result<(), LayerBuildError> {
     if set.limits() != specs.len() {
-        return Err(BuildError::SetMismatch {
+        return Err(LayerBuildError::SetMismatch {
             limit: set.limits().min(specs.len()),
             expected: specs.len(),
             limits: set.limits(),
@@ -205,7 +208,7 @@ fn check_set<J: LimitSet>(set: &J, specs: &[LimitSpec]) -> Result<(), BuildError
     }
     for (i, spec) in specs.iter().enumerate() {
         if set.quota(i) != Some(spec.quota()) {
-            return Err(BuildError::SetMismatch {
+            return Err(LayerBuildError::SetMismatch {
                 limit: i,
                 expected: specs.len(),
                 limits: set.limits(),
@@ -218,7 +221,7 @@ fn check_set<J: LimitSet>(set: &J, specs: &[LimitSpec]) -> Result<(), BuildError
 /// What [`QuotaLayerBuilder`] refuses; each says what to change.
 #[derive(Debug)]
 #[non_exhaustive]
-pub enum BuildError {
+pub enum LayerBuildError {
     /// No policy was given: add one with [`policy`](QuotaLayerBuilder::policy) or a
     /// [`tier`](QuotaLayerBuilder::tier).
     NoPolicy,
@@ -266,31 +269,31 @@ pub enum BuildError {
     Store(Box<dyn Error + Send + Sync>),
 }
 
-impl fmt::Display for BuildError {
+impl fmt::Display for LayerBuildError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            BuildError::NoPolicy => {
+            LayerBuildError::NoPolicy => {
                 f.write_str("the quota layer has no policy: add one with `policy` or `tier`")
             }
-            BuildError::EmptyTier { tier } => {
+            LayerBuildError::EmptyTier { tier } => {
                 write!(f, "tier {tier:?} has no policy: give it at least one")
             }
-            BuildError::DuplicateTier { tier } => {
+            LayerBuildError::DuplicateTier { tier } => {
                 write!(f, "two tiers are named {tier:?}: rename one")
             }
-            BuildError::DuplicatePolicy { tier, policy } => write!(
+            LayerBuildError::DuplicatePolicy { tier, policy } => write!(
                 f,
                 "tier {tier:?} has two policies named {policy:?}: clients could not tell them apart; rename one"
             ),
-            BuildError::PolicyName { policy, source } => {
+            LayerBuildError::PolicyName { policy, source } => {
                 write!(f, "policy name {policy:?} cannot be advertised: {source}")
             }
-            BuildError::ConflictingGlobal { policy } => write!(
+            LayerBuildError::ConflictingGlobal { policy } => write!(
                 f,
                 "global policy {policy:?} has different quotas in different tiers: a global policy is one quota; \
                  give it the same quota everywhere or use different names"
             ),
-            BuildError::SetMismatch {
+            LayerBuildError::SetMismatch {
                 limit,
                 expected,
                 limits,
@@ -299,16 +302,16 @@ impl fmt::Display for BuildError {
                 "the limit set has {limits} limits, the layer needs {expected}, and limit {limit} is missing or has \
                  another quota: build the set from the limits `build_with` passes, in order"
             ),
-            BuildError::Store(e) => write!(f, "the limit set could not be built: {e}"),
+            LayerBuildError::Store(e) => write!(f, "the limit set could not be built: {e}"),
         }
     }
 }
 
-impl Error for BuildError {
+impl Error for LayerBuildError {
     fn source(&self) -> Option<&(dyn Error + 'static)> {
         match self {
-            BuildError::PolicyName { source, .. } => Some(source),
-            BuildError::Store(e) => Some(&**e),
+            LayerBuildError::PolicyName { source, .. } => Some(source),
+            LayerBuildError::Store(e) => Some(&**e),
             _ => None,
         }
     }

@@ -86,7 +86,7 @@ mod policy;
 mod refusal;
 mod service;
 
-pub use builder::{BuildError, QuotaLayerBuilder};
+pub use builder::{LayerBuildError, QuotaLayerBuilder};
 pub use client_ip::{ForwardedKey, NO_PEER_ADDRESS, PeerIpKey, XForwardedForKey};
 pub use future::ResponseFuture;
 pub use grpc::GrpcRefusal;

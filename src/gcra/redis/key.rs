@@ -1,24 +1,5 @@
-//! Store keys: prefix + the limited identity, binary-safe, bounded in length, and routed evenly in
-//! Redis Cluster.
-//!
-//! A user key `k` becomes `prefix ‖ "=" ‖ k` when it is at most [`MAX_KEY_LEN`] bytes and contains
-//! no `{`, and `prefix ‖ "#" ‖ hex(SHA-1(k))` otherwise. The marker byte keeps the two forms apart,
-//! so the mapping is injective up to SHA-1 collisions.
-//!
-//! * Length: a client cannot make Redis store megabyte keys; every key is at most
-//!   `prefix + 1 + 128` bytes.
-//! * Hash tags: Redis Cluster routes a key by the first `{...}` in it. A user key containing `{`
-//!   (e.g. an attacker-chosen header `"{x}1"`, `"{x}2"`, ...) would pin many identities to one slot
-//!   and one node, so such keys are digested: the digest has no braces and the whole key is hashed.
-//!   To co-locate all of a limiter's keys on purpose, put a complete tag in the prefix
-//!   (`"rl:{api}:"`); a prefix with a `{` that is not closed within the prefix is rejected, since the
-//!   tag would then end inside user data.
-//! * Hash-tagged keys ([`hash_tag_keys`](super::RedisStoreBuilder::hash_tag_keys)): `k` becomes
-//!   `prefix ‖ "={" ‖ k ‖ "}"`, and a key containing `{` or `}` (or too long)
-//!   `prefix ‖ "#{" ‖ hex(SHA-1(k)) ‖ "}"`. The slot then depends on the user key alone, so the
-//!   same identity under several prefixes (one per quota) lives in one slot and its quotas can be
-//!   decided all or nothing in one call; a client still cannot pin two identities to one slot.
-//!   The prefix must then hold no hash tag of its own (it would come first and win).
+//! Store keys: prefix + the limited identity (the layout is described in the module's "Keys"
+//! section, `gcra/redis/mod.rs`).
 
 use crate::gcra::ConfigError;
 

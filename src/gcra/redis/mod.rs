@@ -30,7 +30,7 @@
 //!   [`rule`](crate::gcra::remote::RemoteStore::rule) the quota at the store's resolution.
 //! * [`RemoteRateLimiter`](crate::gcra::remote::RemoteRateLimiter): a quota over a store,
 //!   applying the [`FailurePolicy`](crate::gcra::remote::FailurePolicy).
-//! * Keys: see [`key`] for prefixing, length bounds and Redis Cluster hash tags.
+//! * Keys: see [Keys](#keys) for prefixing, length bounds and Redis Cluster hash tags.
 //!
 //! ```no_run
 //! use flowguard::gcra::redis::RedisStore;
@@ -92,12 +92,36 @@
 //! `ACL SETUSER limiter on >secret resetkeys ~flowguard:* resetchannels -@all +evalsha +eval +get +set +time +mget`.
 //! `+mget` is optional: a coalesced call reads its keys with one `MGET` (Redis 7.0+), or, when
 //! that is refused, with a `GET` each, which costs Redis more.
+//!
+//! # Keys
+//!
+//! Store keys are a prefix and the limited identity, binary-safe, bounded in length, and routed
+//! evenly in Redis Cluster.
+//!
+//! A user key `k` becomes `prefix ‖ "=" ‖ k` when it is at most [`MAX_KEY_LEN`] bytes and contains
+//! no `{`, and `prefix ‖ "#" ‖ hex(SHA-1(k))` otherwise. The marker byte keeps the two forms apart,
+//! so the mapping is injective up to SHA-1 collisions.
+//!
+//! * Length: a client cannot make Redis store megabyte keys; every key is at most
+//!   `prefix + 1 + 128` bytes.
+//! * Hash tags: Redis Cluster routes a key by the first `{...}` in it. A user key containing `{`
+//!   (e.g. an attacker-chosen header `"{x}1"`, `"{x}2"`, ...) would pin many identities to one slot
+//!   and one node, so such keys are digested: the digest has no braces and the whole key is hashed.
+//!   To co-locate all of a limiter's keys on purpose, put a complete tag in the prefix
+//!   (`"rl:{api}:"`); a prefix with a `{` that is not closed within the prefix is rejected, since the
+//!   tag would then end inside user data.
+//! * Hash-tagged keys ([`hash_tag_keys`](RedisStoreBuilder::hash_tag_keys)): `k` becomes
+//!   `prefix ‖ "={" ‖ k ‖ "}"`, and a key containing `{` or `}` (or too long)
+//!   `prefix ‖ "#{" ‖ hex(SHA-1(k)) ‖ "}"`. The slot then depends on the user key alone, so the
+//!   same identity under several prefixes (one per quota) lives in one slot and its quotas can be
+//!   decided all or nothing in one call; a client still cannot pin two identities to one slot.
+//!   The prefix must then hold no hash tag of its own (it would come first and win).
 
 mod batch;
 mod connection;
 mod error;
 mod groups;
-pub mod key;
+mod key;
 mod lanes;
 mod quota;
 mod rebuild;

@@ -172,8 +172,8 @@ impl RedisStoreBuilder {
         }
     }
 
-    /// The prefix of every key (default `"flowguard:"`); binary-safe. See [`key`](super::key) for
-    /// hash-tag rules in Redis Cluster.
+    /// The prefix of every key (default `"flowguard:"`); binary-safe. See [the Keys section](super#keys)
+    /// for hash-tag rules in Redis Cluster.
     pub fn prefix(mut self, prefix: impl AsRef<[u8]>) -> Self {
         self.prefix = prefix.as_ref().to_vec();
         self
@@ -611,7 +611,7 @@ impl Caller for RedisStore {
 }
 
 /// Redis as the shared store of a [`RemoteRateLimiter`](crate::gcra::remote::RemoteRateLimiter):
-/// keys are `prefix ‖ "=" ‖ key` (or a digest, see [`key`](super::key)), the rule is the quota in
+/// keys are `prefix ‖ "=" ‖ key` (or a digest, see [Keys](super#keys)), the rule is the quota in
 /// microseconds ([`MAX_REDIS_WINDOW`](super::MAX_REDIS_WINDOW) at most), a cluster's circuit has a
 /// group per master.
 impl RemoteStore for RedisStore {
