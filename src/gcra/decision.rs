@@ -65,6 +65,48 @@ pub struct Decision {
     pub(crate) reset_after: Duration,
     /// `Some` when the store could not reach its authoritative state and answered by its failure policy.
     pub degraded: Option<Degradation>,
+    /// Why, for a degraded decision; read with [`degraded_reason`](Self::degraded_reason).
+    pub(crate) reason: Option<DegradedReason>,
+}
+
+/// Why a degraded [`Decision`] was not made by the shared store: what an operator looks at
+/// first, and the `reason` label of the degraded-decision metric.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum DegradedReason {
+    /// The store did not answer within its timeout (a slow or paused server, a saturated
+    /// client or network).
+    Timeout,
+    /// The connection failed: refused, reset, closed, or not established yet.
+    Connection,
+    /// The store answered that it cannot serve the key now: loading its data, a cluster that is
+    /// down or failing over (a slot without a master), a read-only replica, a busy script.
+    Server,
+    /// Not asked: the store failed to answer recently, and it is probed once per interval until
+    /// it answers again (an outage in progress).
+    Outage,
+    /// An in-memory store held its maximum number of keys and decided a new key untracked.
+    StoreFull,
+}
+
+impl DegradedReason {
+    /// The reason as a metric label value: `timeout`, `connection`, `server`, `outage`,
+    /// `store_full`.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            DegradedReason::Timeout => "timeout",
+            DegradedReason::Connection => "connection",
+            DegradedReason::Server => "server",
+            DegradedReason::Outage => "outage",
+            DegradedReason::StoreFull => "store_full",
+        }
+    }
+}
+
+impl std::fmt::Display for DegradedReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
 }
 
 /// How a degraded [`Decision`] was made when the shared store could not answer in time.
@@ -107,6 +149,7 @@ impl Decision {
             retry_after,
             reset_after,
             degraded: None,
+            reason: None,
         }
     }
 
@@ -116,6 +159,33 @@ impl Decision {
             degraded: Some(how),
             ..self
         }
+    }
+
+    /// The same decision, degraded because of `reason` (kept only on a degraded decision).
+    pub(crate) fn because(self, reason: DegradedReason) -> Decision {
+        Decision {
+            reason: self.degraded.map(|_| reason),
+            ..self
+        }
+    }
+
+    /// Why the store did not decide: `Some` exactly when [`degraded`](Self::degraded) is, for
+    /// the decisions of a remote limiter and of an in-memory store that was full.
+    ///
+    /// ```
+    /// use flowguard::gcra::{DegradedReason, KeyedRateLimiter, Overflow, Quota};
+    ///
+    /// let limiter = KeyedRateLimiter::<Vec<u8>>::builder(Quota::per_second(1)?)
+    ///     .max_keys(1)
+    ///     .overflow(Overflow::AllowUntracked)
+    ///     .build()?;
+    /// assert_eq!(limiter.check_key(&b"a"[..])?.degraded_reason(), None);
+    /// let untracked = limiter.check_key(&b"b"[..])?;
+    /// assert_eq!(untracked.degraded_reason(), Some(DegradedReason::StoreFull));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn degraded_reason(&self) -> Option<DegradedReason> {
+        self.reason
     }
 
     /// `retry_after` in whole seconds, rounded **up**, as HTTP `Retry-After` needs:

@@ -12,7 +12,7 @@ use std::marker::PhantomData;
 
 use super::algorithm::{Gcra, Ticks};
 use super::cell::{ExactTat, TatCell, WholeTat};
-use super::decision::{Decision, Degradation};
+use super::decision::{Decision, Degradation, DegradedReason};
 use super::error::{ConfigError, GcraError};
 use super::limit_key::stored::KeyDigester;
 use super::limit_key::{FromKeyBytes, LimitKey};
@@ -330,9 +330,10 @@ impl<K: LimitKey, C: Clock> KeyedRateLimiter<K, C> {
             (Err(_full), Overflow::Reject) => Err(GcraError::KeyLimitReached {
                 max_keys: self.max_keys,
             }),
-            (Err(_full), Overflow::AllowUntracked) => {
-                Ok(step.decision.degraded(Degradation::FailOpen))
-            }
+            (Err(_full), Overflow::AllowUntracked) => Ok(step
+                .decision
+                .degraded(Degradation::FailOpen)
+                .because(DegradedReason::StoreFull)),
         }
     }
 

@@ -69,7 +69,7 @@ pub use check::{
     CheckError, CheckFuture, Decisions, Demand, KeyedLimit, LimitSet, LimitSpec, MemoryLimitSet,
     MemoryLimitSetBuilder, SeparateLimits, SetError, SetFuture,
 };
-pub use decision::{Decision, Degradation};
+pub use decision::{Decision, Degradation, DegradedReason};
 pub use error::{ConfigError, GcraError};
 pub use keyed::{
     BytesKey, DEFAULT_MAX_KEYS, KeyedRateLimiter, KeyedRateLimiterBuilder, MAX_HEAP_BYTES_PER_KEY,

@@ -11,7 +11,7 @@ use crate::support::RedisServer;
 use flowguard::clock::ManualClock;
 use flowguard::gcra::redis::RedisStore;
 use flowguard::gcra::remote::{FailurePolicy, RemoteRateLimiter};
-use flowguard::gcra::{Decision, Degradation, Quota};
+use flowguard::gcra::{Decision, Degradation, DegradedReason, Quota};
 
 /// A bound on any single check, far above the store's timeout: a check exceeding it is a hang.
 const HANG: Duration = Duration::from_secs(3);
@@ -182,12 +182,20 @@ async fn client_pause_times_out_into_the_policy_and_recovers() {
         Some(Degradation::FailClosed),
         "a paused server does not answer within the timeout"
     );
-    // Calls within the probe interval do not wait for the server at all.
-    assert_eq!(
-        check(&limiter, b"k").await.degraded,
-        Some(Degradation::FailClosed)
+    assert_eq!(d.degraded_reason(), Some(DegradedReason::Timeout));
+    // Calls within the probe interval do not wait for the server at all (on a machine slow
+    // enough to pass the interval, the call probes and times out again).
+    let d = check(&limiter, b"k").await;
+    assert_eq!(d.degraded, Some(Degradation::FailClosed));
+    assert!(
+        matches!(
+            d.degraded_reason(),
+            Some(DegradedReason::Outage | DegradedReason::Timeout)
+        ),
+        "{d:?}"
     );
     let d = until_recovered(&limiter).await;
+    assert_eq!(d.degraded_reason(), None);
     assert!(d.allowed);
 }
 
@@ -312,19 +320,48 @@ fn degraded_decisions_are_counted() {
                 .unwrap();
             assert!(check(&limiter, b"k").await.degraded.is_none());
             server.kill();
-            for _ in 0..3 {
-                assert_eq!(
-                    check(&limiter, b"k").await.degraded,
-                    Some(Degradation::FailOpen)
-                );
+            // The first check finds the connection gone; the next are answered at once while
+            // the circuit is open (or probe the dead server again, on a slow machine).
+            for i in 0..3 {
+                let d = check(&limiter, b"k").await;
+                assert_eq!(d.degraded, Some(Degradation::FailOpen));
+                let reason = d.degraded_reason();
+                if i == 0 {
+                    assert_eq!(reason, Some(DegradedReason::Connection));
+                } else {
+                    assert!(
+                        matches!(
+                            reason,
+                            Some(DegradedReason::Outage | DegradedReason::Connection)
+                        ),
+                        "{reason:?}"
+                    );
+                }
             }
         })
     });
     let counts = recorder.counts.lock().unwrap();
-    let counted = counts
-        .get("flowguard_redis_degraded_total{policy=fail_open,topology=standalone}")
-        .map(|c| c.load(Ordering::Relaxed));
-    assert_eq!(counted, Some(3), "{:?}", counts.keys().collect::<Vec<_>>());
+    let labels = "flowguard_redis_degraded_total{policy=fail_open,topology=standalone,reason=";
+    let by_reason: Vec<(&str, u64)> = counts
+        .iter()
+        .filter_map(|(k, c)| {
+            let reason = k.strip_prefix(labels)?.strip_suffix('}')?;
+            Some((reason, c.load(Ordering::Relaxed)))
+        })
+        .collect();
+    assert_eq!(
+        by_reason.iter().map(|(_, n)| n).sum::<u64>(),
+        3,
+        "{:?}",
+        counts.keys().collect::<Vec<_>>()
+    );
+    assert!(
+        by_reason
+            .iter()
+            .all(|(r, _)| *r == "connection" || *r == "outage"),
+        "{by_reason:?}"
+    );
+    assert!(by_reason.iter().any(|(r, n)| *r == "connection" && *n >= 1));
 }
 
 #[tokio::test]

@@ -12,6 +12,7 @@ const UNUSED: Decision = Decision {
     retry_after: None,
     reset_after: Duration::ZERO,
     degraded: None,
+    reason: None,
 };
 
 /// The answers of [`LimitSet::check_all`](super::LimitSet::check_all), one [`Decision`] per

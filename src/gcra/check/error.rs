@@ -136,6 +136,18 @@ pub enum Unavailable {
     },
 }
 
+impl From<Unavailable> for crate::gcra::DegradedReason {
+    fn from(why: Unavailable) -> Self {
+        use crate::gcra::DegradedReason;
+        match why {
+            Unavailable::Timeout { .. } => DegradedReason::Timeout,
+            Unavailable::Connection => DegradedReason::Connection,
+            Unavailable::Server => DegradedReason::Server,
+            Unavailable::Skipped { .. } => DegradedReason::Outage,
+        }
+    }
+}
+
 impl fmt::Display for Unavailable {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {

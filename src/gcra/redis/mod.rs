@@ -49,7 +49,7 @@
 //! Every call is bounded by the store's timeout ([`DEFAULT_TIMEOUT`], 50 ms). Degraded decisions
 //! (Redis slow, down, failing over) are counted in the
 //! [`DEGRADED_METRIC`](crate::gcra::remote::DEGRADED_METRIC) counter
-//! (`flowguard_redis_degraded_total{policy,topology}`) and logged with `tracing::warn!` at most once
+//! (`flowguard_redis_degraded_total{policy,topology,reason}`) and logged with `tracing::warn!` at most once
 //! per second per limiter. After a failure the store (a cluster's failed master) is skipped (the
 //! policy answers at once) and probed every [`DEFAULT_PROBE_INTERVAL`]; the first answer ends the
 //! degradation. [`RedisStoreBuilder::connect_lazy`] lets a service start while Redis is down.

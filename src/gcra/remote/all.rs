@@ -179,7 +179,7 @@ fn degrade_all<S: RemoteStore>(checks: &[QuotaCheck<'_, S>], why: Unavailable) -
         for c in checks {
             c.limiter.log_degraded(why);
         }
-        peeks
+        peeks.into_iter().map(|d| d.because(why.into())).collect()
     }
 }
 

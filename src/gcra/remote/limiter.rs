@@ -287,8 +287,13 @@ impl<S: RemoteStore> RemoteRateLimiter<S> {
     /// The decision of the failure policy for a check the store could not answer (`why`),
     /// counted and logged.
     pub(super) fn degrade(&self, key: &[u8], cost: u32, why: Unavailable) -> Decision {
-        let inner = &*self.inner;
         self.log_degraded(why);
+        self.by_policy(key, cost).because(why.into())
+    }
+
+    /// The failure policy's decision for `key` (the store unavailable).
+    fn by_policy(&self, key: &[u8], cost: u32) -> Decision {
+        let inner = &*self.inner;
         let denied = || self.policy_denial();
         match (&inner.policy, &inner.fallback) {
             (FailurePolicy::LocalFallback(_), Some(local)) => {

@@ -10,9 +10,10 @@ use crate::gcra::check::Unavailable;
 /// At most one warning per this interval per limiter; the ones in between are counted in the next.
 const WARN_EVERY: Duration = Duration::from_secs(1);
 
-/// The metric counting decisions made by a failure policy, labelled `policy` and `topology` (the
-/// store's, e.g. `standalone` or `cluster` for Redis). The name predates other stores than Redis
-/// and is kept for existing dashboards.
+/// The metric counting decisions made by a failure policy, labelled `policy`, `topology` (the
+/// store's, e.g. `standalone` or `cluster` for Redis) and `reason` (why the store did not decide:
+/// [`DegradedReason::as_str`](crate::gcra::DegradedReason::as_str)). The name predates other
+/// stores than Redis and is kept for existing dashboards.
 pub const DEGRADED_METRIC: &str = "flowguard_redis_degraded_total";
 
 #[derive(Debug)]
@@ -36,8 +37,14 @@ impl OutageLog {
 
     /// One decision was made by `policy` because the store did not answer (`reason`).
     pub(crate) fn degraded(&self, policy: &'static str, reason: Unavailable) {
-        metrics::counter!(DEGRADED_METRIC, "policy" => policy, "topology" => self.topology)
-            .increment(1);
+        let why = crate::gcra::DegradedReason::from(reason).as_str();
+        metrics::counter!(
+            DEGRADED_METRIC,
+            "policy" => policy,
+            "topology" => self.topology,
+            "reason" => why
+        )
+        .increment(1);
         let now = u64::try_from(self.origin.elapsed().as_nanos()).unwrap_or(u64::MAX - 1) + 1;
         let last = self.last_warn.load(Ordering::Acquire);
         let due = last == 0 || now.saturating_sub(last) >= WARN_EVERY.as_nanos() as u64;
