@@ -121,8 +121,13 @@ impl Guard {
     /// connection errors are drops). Works over any service with `http` or `reqwest` responses
     /// (a `reqwest::Client` is one). See [`AdaptiveConcurrencyLayer`]. Feature `tower`.
     ///
-    /// With retries, put [`retry_layer`](Self::retry_layer) outside it, so that each attempt
-    /// holds its own permit and none is held while waiting to retry:
+    /// **Over a `reqwest::Client`, with retries, use
+    /// [`reqwest_client`](Self::reqwest_client) instead** (feature `reqwest`): it holds a permit
+    /// per attempt and retries with the same rules, while [`retry_layer`](Self::retry_layer)
+    /// retries `http::Request`s only.
+    ///
+    /// With retries over `http` requests, put [`retry_layer`](Self::retry_layer) outside it, so
+    /// that each attempt holds its own permit and none is held while waiting to retry:
     ///
     /// ```
     /// use flowguard::backoff::{BoxError, RetryPolicy};
@@ -160,6 +165,10 @@ impl Guard {
     /// [`Attempt`](crate::backoff::tower::Attempt) number (see [`HttpRetryLayer`]); see
     /// [`HttpRetry`](crate::backoff::tower::HttpRetry) for request bodies that can be copied.
     /// Place it outside [`outbound_layer`](Self::outbound_layer). Feature `tower`.
+    ///
+    /// It retries `http::Request`s: a service taking `reqwest::Request`s (a `reqwest::Client`)
+    /// does not fit it. For reqwest, [`reqwest_client`](Self::reqwest_client) (feature
+    /// `reqwest`) is the same retries and permits as a `reqwest_middleware` client.
     pub fn retry_layer(&self) -> HttpRetryLayer {
         HttpRetryLayer::new(self.http_retry_rules())
     }
