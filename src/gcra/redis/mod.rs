@@ -95,10 +95,12 @@
 
 mod batch;
 mod connection;
+mod deadline;
 mod error;
 mod groups;
 pub mod key;
 mod lanes;
+mod lone;
 mod quota;
 mod rebuild;
 mod script;

@@ -4,17 +4,17 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use ::redis::{ErrorKind, RedisError, RedisResult, ServerErrorKind};
+use ::redis::{Cmd, ErrorKind, FromRedisValue, RedisError, RedisResult, ServerErrorKind, Value};
 
 use super::batch::{Answer, Caller};
 use super::connection::{Connection, Target, Timeouts, is_auth_error};
+use super::deadline::within;
 use super::error::ConnectError;
 use super::groups::Groups;
 use super::key::{DEFAULT_PREFIX, KeySpace};
 use super::lanes::Lanes;
-use super::script::{
-    Keys, Mode, Outcome, Request, command, parse_all, parse_replies, parse_single,
-};
+use super::lone;
+use super::script::{Keys, Mode, Outcome, Request, command, parse_all, parse_replies};
 use super::slot::slot;
 use crate::clock::Clock;
 use crate::gcra::remote::{
@@ -207,6 +207,9 @@ impl RedisStoreBuilder {
     }
 
     /// The most one check may take, including a `NOSCRIPT` retry (default [`DEFAULT_TIMEOUT`]).
+    /// When it runs out, the check looks once more, after one turn of the client's scheduler, for
+    /// a reply that arrived in time but was not read yet (a client busy with other work), so that
+    /// a healthy server is not taken for a failed one; that turn is the only wait it adds.
     ///
     /// The Redis client is configured with it too: it bounds every reply the client waits for
     /// (including its own slot-map and health queries) and every request with its redirects and
@@ -410,9 +413,9 @@ impl RedisStore {
                 None => self.alone(&request).await,
             }
         };
-        tokio::time::timeout(inner.timeout, deciding)
+        within(inner.timeout, deciding)
             .await
-            .unwrap_or_else(|_| Err(self.timed_out()))
+            .unwrap_or_else(|| Err(self.timed_out()))
     }
 
     fn timed_out(&self) -> CheckError {
@@ -422,20 +425,35 @@ impl RedisStore {
         StoreError::Unavailable(why).into()
     }
 
-    /// One script call (and `EVAL` on `NOSCRIPT`), counted. Undeclared keys go to the master of
-    /// the first one's slot.
+    /// One call of the general script (and `EVAL` on `NOSCRIPT`), counted. Undeclared keys go to
+    /// the master of the first one's slot.
     async fn send(&self, requests: &[&Request], mode: Mode, keys: Keys) -> RedisResult<Vec<i64>> {
+        let at = match keys {
+            Keys::Declared => None,
+            Keys::Undeclared => Some(slot(&requests[0].key)),
+        };
+        self.script_call(
+            |by_source| command(requests.iter().copied(), mode, keys, by_source),
+            at,
+        )
+        .await
+    }
+
+    /// One script call as `build` makes it (by digest, or by source once a server answered
+    /// `NOSCRIPT`), counted; to the master serving `at` when given, else routed by its keys.
+    async fn script_call<T: FromRedisValue>(
+        &self,
+        build: impl Fn(bool) -> Cmd,
+        at: Option<u16>,
+    ) -> RedisResult<T> {
         let inner = &*self.inner;
         let query = |by_source| {
-            let cmd = command(requests.iter().copied(), mode, keys, by_source);
+            let cmd = build(by_source);
             inner.calls.fetch_add(1, Ordering::Relaxed);
             async move {
-                match keys {
-                    Keys::Declared => inner.conn.query::<Vec<i64>>(&cmd).await,
-                    Keys::Undeclared => {
-                        let at = slot(&requests[0].key);
-                        inner.conn.query_at::<Vec<i64>>(&cmd, at).await
-                    }
+                match at {
+                    None => inner.conn.query::<T>(&cmd).await,
+                    Some(at) => inner.conn.query_at::<T>(&cmd, at).await,
                 }
             }
         };
@@ -499,13 +517,16 @@ impl RedisStore {
 
 /// The store seen from its [lanes](super::lanes): single calls and coalesced ones.
 impl Caller for RedisStore {
-    /// A call of its own: the script in single mode, the key declared (routed, and redirected by
-    /// a cluster). Bounded by the caller's timeout.
+    /// A call of its own: the [lone](super::lone) script, the key declared (routed, and
+    /// redirected by a cluster). Bounded by the caller's timeout.
     async fn alone(&self, request: &Request) -> Answer {
-        match self.send(&[request], Mode::Single, Keys::Declared).await {
+        let reply = self
+            .script_call::<Value>(|by_source| lone::command(request, by_source), None)
+            .await;
+        match reply {
             Ok(reply) => {
                 self.answered();
-                parse_single(&reply, request)
+                lone::parse(&reply, request)
             }
             Err(e) => Err(self.failure(&e, &request.key)),
         }
@@ -524,10 +545,9 @@ impl Caller for RedisStore {
             Keys::Declared
         };
         let refs: Vec<&Request> = requests.iter().collect();
-        let sent =
-            tokio::time::timeout(inner.timeout, self.send(&refs, Mode::Tolerant, keys)).await;
-        let outcomes = match sent {
-            Err(_) => return requests.iter().map(|_| Err(self.timed_out())).collect(),
+        let sent = within(inner.timeout, self.send(&refs, Mode::Tolerant, keys)).await;
+        let outcomes = match sent.ok_or(()) {
+            Err(()) => return requests.iter().map(|_| Err(self.timed_out())).collect(),
             Ok(Ok(reply)) => {
                 self.answered();
                 match parse_replies(&reply, &refs) {
@@ -565,9 +585,9 @@ impl Caller for RedisStore {
                 Outcome::Done(answer) => answer,
                 Outcome::Alone => {
                     moved = true;
-                    tokio::time::timeout(inner.timeout, self.alone(request))
+                    within(inner.timeout, self.alone(request))
                         .await
-                        .unwrap_or_else(|_| Err(self.timed_out()))
+                        .unwrap_or_else(|| Err(self.timed_out()))
                 }
             });
         }
@@ -664,9 +684,11 @@ impl RemoteStore for RedisStore {
             .map_err(CheckError::from)?;
         let refs: Vec<&Request> = requests.iter().collect();
         let inner = &*self.inner;
-        match tokio::time::timeout(inner.timeout, self.send(&refs, Mode::All, Keys::Declared)).await
+        match within(inner.timeout, self.send(&refs, Mode::All, Keys::Declared))
+            .await
+            .ok_or(())
         {
-            Err(_) => Err(self.timed_out().into()),
+            Err(()) => Err(self.timed_out().into()),
             Ok(Err(e)) => Err(self.failure(&e, &requests[0].key).into()),
             Ok(Ok(reply)) => {
                 self.answered();
