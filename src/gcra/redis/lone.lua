@@ -40,14 +40,14 @@ if ARGV[4] then
     return -2
   end
 end
-local now, time
+-- time: the server's TIME (seconds, microseconds as strings), false for an explicit time.
+local now, time = nil, false
 if at and at ~= '' then
-  now, time = tonumber(at), at
+  now = tonumber(at)
   if not now or now >= 9007199254740992 then return -2 end
 else
   time = redis.call('TIME')
   now = (time[1] - 1700000000) * 1000000 + time[2]
-  time = time[1] .. ' ' .. time[2]
 end
 
 local key = KEYS[1]
@@ -99,5 +99,10 @@ if (step > 0 or step_frac > 0) and (fits or normalized) then
   if f > 0 then value = string.format('%d+%d/%d', w, f, den) else value = string.format('%d', w) end
   redis.call('SET', key, value, 'PX', string.format('%d', ttl_ms))
 end
-if text then return time .. ' ' .. text end
-return time
+-- One concatenation per reply.
+if time then
+  if text then return time[1] .. ' ' .. time[2] .. ' ' .. text end
+  return time[1] .. ' ' .. time[2]
+end
+if text then return at .. ' ' .. text end
+return at
