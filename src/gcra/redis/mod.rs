@@ -46,7 +46,9 @@
 //! # Ok(()) }
 //! ```
 //!
-//! Every call is bounded by the store's timeout ([`DEFAULT_TIMEOUT`], 50 ms). Degraded decisions
+//! Every call is bounded by the store's timeout ([`DEFAULT_TIMEOUT`], 50 ms; a check queued behind
+//! other calls counts it from the server's last answer to them, so a busy client's own backlog is
+//! not taken for a failed server: see [`RedisStoreBuilder::timeout`]). Degraded decisions
 //! (Redis slow, down, failing over) are counted in the
 //! [`DEGRADED_METRIC`](crate::gcra::remote::DEGRADED_METRIC) counter
 //! (`flowguard_redis_degraded_total{policy,topology}`) and logged with `tracing::warn!` at most once

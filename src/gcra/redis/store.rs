@@ -8,7 +8,7 @@ use ::redis::{Cmd, ErrorKind, FromRedisValue, RedisError, RedisResult, ServerErr
 
 use super::batch::{Answer, Caller};
 use super::connection::{Connection, Target, Timeouts, is_auth_error};
-use super::deadline::within;
+use super::deadline::{while_answered, within};
 use super::error::ConnectError;
 use super::groups::Groups;
 use super::key::{DEFAULT_PREFIX, KeySpace};
@@ -84,7 +84,8 @@ enum TimeMode {
 /// * Time comes from the Redis server's `TIME` by default, so every instance decides against one
 ///   clock whatever its own clock's skew. [`explicit_time`](RedisStoreBuilder::explicit_time) passes
 ///   the caller's clock instead, for deterministic tests and simulations.
-/// * Every call is bounded by [`timeout`](RedisStoreBuilder::timeout) ([`DEFAULT_TIMEOUT`]), and
+/// * Every call is bounded by [`timeout`](RedisStoreBuilder::timeout) ([`DEFAULT_TIMEOUT`]; a
+///   check queued behind other calls, from the server's last answer to them), and
 ///   so is every step inside the Redis client; a connection that keeps failing while Redis
 ///   answers is rebuilt (see [the module docs](super#redis-cluster-failover-and-isolation)).
 ///
@@ -127,6 +128,9 @@ struct Inner {
     max_batch: usize,
     /// Script calls sent (`EVALSHA` and `EVAL`).
     calls: AtomicU64,
+    /// Calls the server answered (if only with an error), for the timeout of calls that wait
+    /// behind others on the connection (see [`RedisStoreBuilder::timeout`]).
+    answers: AtomicU64,
 }
 
 /// Configures and connects a [`RedisStore`]: [`RedisStore::builder`] (one server) or
@@ -197,19 +201,27 @@ impl RedisStoreBuilder {
     /// A queue that fills a call does not wait: it is sent at once beside the call in flight, so
     /// up to two calls are in flight per connection (master), and Redis runs one while the
     /// client builds or reads the other; they are sent, and run, in queue order. Coalesced
-    /// decisions then flow at most `2 × max_batch` per round trip. A
-    /// [two-tier](crate::gcra::two_tier) limiter whose refills come faster than that (many keys,
-    /// a client thread busy with local decisions, so long round trips) queues them past the
-    /// timeout; give it a larger bound.
+    /// decisions then flow at most `2 × max_batch` per round trip. A decision queued behind
+    /// calls the server answers in time waits for its turn however long the queue (a
+    /// [two-tier](crate::gcra::two_tier) limiter's refills on a client thread busy with local
+    /// decisions), see [`timeout`](Self::timeout); a larger bound drains it in fewer calls.
     pub fn max_batch(mut self, max_batch: usize) -> Self {
         self.max_batch = max_batch;
         self
     }
 
-    /// The most one check may take, including a `NOSCRIPT` retry (default [`DEFAULT_TIMEOUT`]).
-    /// When it runs out, the check looks once more, after one turn of the client's scheduler, for
-    /// a reply that arrived in time but was not read yet (a client busy with other work), so that
-    /// a healthy server is not taken for a failed one; that turn is the only wait it adds.
+    /// The most one check may wait for the server, including a `NOSCRIPT` retry (default
+    /// [`DEFAULT_TIMEOUT`]): what the client's own backlog costs is not the server's failure.
+    ///
+    /// * A check gives up when this long passes without the server answering any call it
+    ///   waits behind: the calls queued before it on its connection (master), see
+    ///   [`max_batch`](Self::max_batch), or without coalescing the store's calls in flight. Each
+    ///   answer starts the timeout again. So it waits its turn while the server answers in
+    ///   time, however many calls a busy client has to send and read before its own, and gives
+    ///   up within one timeout when the server stops answering.
+    /// * When the timer fires, the check looks once more, after one turn of the client's
+    ///   scheduler, for a reply that arrived in time but was not read yet; that turn is the only
+    ///   wait it adds.
     ///
     /// The Redis client is configured with it too: it bounds every reply the client waits for
     /// (including its own slot-map and health queries) and every request with its redirects and
@@ -335,6 +347,7 @@ impl RedisStoreBuilder {
                 lanes,
                 max_batch: self.max_batch,
                 calls: AtomicU64::new(0),
+                answers: AtomicU64::new(0),
             }),
             keys: Arc::new(keys),
         }
@@ -397,7 +410,8 @@ impl RedisStore {
     }
 
     /// Decides `cost` tokens for the store key `key`: in its lane's next call (or alone), bounded
-    /// by the timeout from now on, waiting in the lane included.
+    /// by the timeout: alone, from now on; in a lane, from now or from the server's last answer to
+    /// one of the lane's calls, whichever is later (see [`while_answered`]).
     async fn call(&self, key: &[u8], rule: &Gcra, cost: u32) -> Answer {
         let inner = &*self.inner;
         let (now_us, extra_ttl_ms) = self.clock()?;
@@ -409,13 +423,21 @@ impl RedisStore {
                 None
             };
             match inner.lanes.lane(key, map.as_deref()) {
-                Some(lane) => lane.decide(self, request).await,
-                None => self.alone(&request).await,
+                // Queued behind the lane's calls: late only when the server answers none of
+                // them for a whole timeout, not when a busy client sends them late.
+                Some(lane) => {
+                    let answered = || lane.answered();
+                    while_answered(inner.timeout, answered, lane.decide(self, request)).await
+                }
+                // A call of its own, on a connection other calls may be waiting on too: late
+                // only when the server answers none of them for a whole timeout.
+                None => {
+                    let answered = || inner.answers.load(Ordering::Acquire);
+                    while_answered(inner.timeout, answered, self.alone(&request)).await
+                }
             }
         };
-        within(inner.timeout, deciding)
-            .await
-            .unwrap_or_else(|| Err(self.timed_out()))
+        deciding.await.unwrap_or_else(|| Err(self.timed_out()))
     }
 
     fn timed_out(&self) -> CheckError {
@@ -486,9 +508,10 @@ impl RedisStore {
         self.inner.max_batch
     }
 
-    /// The server answered: a cluster store without a slot map reads one now.
+    /// The server answered: counted, and a cluster store without a slot map reads one now.
     fn answered(&self) {
         let inner = &*self.inner;
+        inner.answers.fetch_add(1, Ordering::AcqRel);
         if inner.conn.needs_map() {
             inner.conn.read_map_soon(&inner.groups);
         }
