@@ -10,7 +10,11 @@
 # decisions, with random keys among --keys (100/s burst 100: every decision allowed, as in
 # redis_load's default workload).
 #
-#   harness/scripts/script_instructions.sh [--calls 300] [--batch 32] [--keys 100000]
+#   harness/scripts/script_instructions.sh [--calls 300] [--batch 32] [--keys 100000] [--module PATH]
+#
+# --module PATH loads redis-cell (a built libredis_cell.so, see cell_bench.sh for building one;
+# nothing of it is in this repository) and counts its native CL.THROTTLE too (the module
+# command's inclusive count, RedisModuleCommandDispatcher, 100/s burst 100 as the scripts).
 #
 # Prints one line per workload: the naive script (one decision per call), flowguard alone (lone.lua,
 # one decision per call) and flowguard coalesced (gcra.lua in mode 't', --batch decisions per
@@ -19,12 +23,13 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
-calls=300 batch=32 keys=100000
+calls=300 batch=32 keys=100000 module=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --calls) calls=$2; shift 2 ;;
     --batch) batch=$2; shift 2 ;;
     --keys) keys=$2; shift 2 ;;
+    --module) module=$2; shift 2 ;;
     *) echo "script_instructions.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -32,8 +37,13 @@ done
 . harness/scripts/free_port.sh
 port=$(free_port script_instructions.sh)
 dir=$(mktemp -d)
+load=()
+if [ -n "$module" ]; then
+  [ -f "$module" ] || { echo "script_instructions.sh: no module at $module" >&2; exit 2; }
+  load=(--loadmodule "$(cd "$(dirname "$module")" && pwd)/$(basename "$module")")
+fi
 valgrind --tool=callgrind --callgrind-out-file="$dir/cg.%p" redis-server --port "$port" \
-  --bind 127.0.0.1 --save "" --appendonly no --dir "$dir" >"$dir/valgrind.log" 2>&1 &
+  --bind 127.0.0.1 --save "" --appendonly no --dir "$dir" "${load[@]}" >"$dir/valgrind.log" 2>&1 &
 server=$!
 trap 'kill "$server" 2>/dev/null; wait "$server" 2>/dev/null; rm -rf "$dir"' EXIT
 for _ in $(seq 600); do
@@ -43,9 +53,13 @@ done
 redis-cli -p "$port" ping >/dev/null
 echo "$(redis-server --version)" >&2
 
-# measure DECISIONS_PER_CALL redis-benchmark's command...: instructions per decision.
+# measure DECISIONS_PER_CALL redis-benchmark's command...: instructions per decision, counted in
+# the function that runs the command (evalGenericCommand for EVALSHA, RedisModuleCommandDispatcher
+# for a module's command).
 measure() {
   local per_call=$1; shift
+  local symbol=evalGenericCommand
+  [ "$1" = EVALSHA ] || symbol=RedisModuleCommandDispatcher
   redis-cli -p "$port" flushall >/dev/null
   redis-benchmark -p "$port" -q -n 100 -c 2 -r "$keys" "$@" >/dev/null
   callgrind_control -z "$server" >/dev/null
@@ -55,7 +69,7 @@ measure() {
   dump=$(ls -t "$dir"/cg.* | head -n1)
   local ir
   ir=$(callgrind_annotate --inclusive=yes --threshold=100 "$dump" 2>/dev/null |
-    awk '/:evalGenericCommand / && !found {gsub(",", "", $1); found = $1} END {print found}')
+    awk -v sym=":$symbol " 'index($0, sym) && !found {gsub(",", "", $1); found = $1} END {print found}')
   echo $((ir / (calls * per_call)))
 }
 
@@ -89,3 +103,9 @@ echo "flowguard alone: $lone_ir instructions per decision ($calls calls of 1)"
 echo "flowguard coalesced: $coalesced_ir instructions per decision ($calls calls of $batch)"
 awk -v n="$naive_ir" -v l="$lone_ir" -v c="$coalesced_ir" \
   'BEGIN { printf "ratios to the naive script: alone %.3fx, coalesced %.3fx\n", l / n, c / n }'
+if [ -n "$module" ]; then
+  cell_ir=$(measure 1 CL.THROTTLE "k:__rand_int__" 99 100 1 1)
+  echo "redis-cell CL.THROTTLE: $cell_ir instructions per decision ($calls calls of 1)"
+  awk -v n="$naive_ir" -v l="$lone_ir" -v c="$coalesced_ir" -v m="$cell_ir" \
+    'BEGIN { printf "ratios to CL.THROTTLE: naive %.3fx, alone %.3fx, coalesced %.3fx\n", n / m, l / m, c / m }'
+fi
