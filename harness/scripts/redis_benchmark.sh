@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Client-side throughput reference for flowguard's Redis GCRA script.
 #
-# Runs `redis-benchmark` with EVALSHA of src/gcra/redis/gcra.lua (server time, cost 1, random keys)
+# Runs `redis-benchmark` with EVALSHA of src/gcra/redis/lone.lua, the script of a decision alone
+# (server time, cost 1, random keys)
 # at a given concurrency and prints requests/s: the ceiling a Rust client driving the same script
 # at the same concurrency should get close to (issue 3 target: >= 0.9x).
 #
@@ -89,23 +90,23 @@ fi
 cli() { redis-cli -h "$host" -p "$port" "$@"; }
 cli PING >/dev/null || { echo "redis_benchmark.sh: no Redis answers at $host:$port" >&2; exit 1; }
 
-script=src/gcra/redis/gcra.lua
+script=src/gcra/redis/lone.lua
 body=$(cat "$script")
 sha=$(cli SCRIPT LOAD "$body")
 [ "$sha" = "$(printf '%s' "$body" | sha1sum | cut -d' ' -f1)" ] || { echo "redis_benchmark.sh: SCRIPT LOAD returned '$sha'" >&2; exit 1; }
-# The script's arguments for cost 1: B*T and n*T as whole us + fraction over den (1: T is whole).
+# The script's arguments for cost 1 when T is a whole number of us: n*T and B*T.
 window_us=$((interval_us * burst))
-# One real decision first: two numbers back (now, then the TAT the request met, not negative), or
-# the arguments are wrong.
-reply=$(cli EVALSHA "$sha" 1 bench:probe s 1 1 1 "$window_us" 0 "" 0 1 1 "$interval_us" 0)
-[ "$(printf '%s\n' "$reply" | wc -l)" = 2 ] && [ "$(printf '%s\n' "$reply" | tail -n1 | cut -c1)" != - ] || { echo "redis_benchmark.sh: the script did not return a decision" >&2; exit 1; }
+# One real decision first: the server's time back (unix seconds and microseconds), or the
+# arguments are wrong.
+reply=$(cli EVALSHA "$sha" 1 bench:probe "$interval_us" "$window_us")
+[[ "$reply" =~ ^[0-9]+\ [0-9]+$ ]] || { echo "redis_benchmark.sh: the script did not return a decision: $reply" >&2; exit 1; }
 
 own=0; [ -n "$server_pid" ] && own=1
 [ "$own" = 1 ] && cli CONFIG RESETSTAT >/dev/null
 
-# One request (mode s, 1 request, 1 rule: den 1, B*T, server time, no slack; rule 1, n*T).
-cmd=(EVALSHA "$sha" 1 "key:__rand_int__" s 1 1 1 "$window_us" 0 "" 0 1 1 "$interval_us" 0)
-echo "redis-benchmark -h $host -p $port -c $clients -P $pipeline -n $requests -r $keyspace ${threads:+--threads $threads }-q ${cmd[*]:0:4} s 1 1 1 $window_us 0 \"\" 0 1 $interval_us 0   (x$repeat)" >&2
+# One request: n*T, B*T (server time).
+cmd=(EVALSHA "$sha" 1 "key:__rand_int__" "$interval_us" "$window_us")
+echo "redis-benchmark -h $host -p $port -c $clients -P $pipeline -n $requests -r $keyspace ${threads:+--threads $threads }-q ${cmd[*]}   (x$repeat)" >&2
 runs=""
 for _ in $(seq "$repeat"); do
   line=$(redis-benchmark -h "$host" -p "$port" -c "$clients" -P "$pipeline" -n "$requests" -r "$keyspace" \

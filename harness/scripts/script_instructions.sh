@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Server instructions per decision of flowguard's script (src/gcra/redis/gcra.lua) and per call of
-# the naive reference script (harness/scripts/naive_gcra.lua), counted by valgrind's callgrind in
+# Server instructions per decision of flowguard's scripts (src/gcra/redis/lone.lua for a decision
+# alone, src/gcra/redis/gcra.lua for a coalesced call) and per call of the naive reference script (harness/scripts/naive_gcra.lua), counted by valgrind's callgrind in
 # a private redis-server on a free loopback port (started here, stopped on exit).
 #
 # Unlike INFO commandstats time, an instruction count does not move when other processes share
@@ -10,20 +10,26 @@
 # decisions, with random keys among --keys (100/s burst 100: every decision allowed, as in
 # redis_load's default workload).
 #
-#   harness/scripts/script_instructions.sh [--calls 300] [--batch 32] [--keys 100000]
+#   harness/scripts/script_instructions.sh [--calls 300] [--batch 32] [--keys 100000] [--module PATH]
 #
-# Prints one line per workload: the naive script (one decision per call), flowguard alone (mode
-# 's', one decision per call) and flowguard coalesced (mode 't', --batch decisions per call).
+# --module PATH loads redis-cell (a built libredis_cell.so, see cell_bench.sh for building one;
+# nothing of it is in this repository) and counts its native CL.THROTTLE too (the module
+# command's inclusive count, RedisModuleCommandDispatcher, 100/s burst 100 as the scripts).
+#
+# Prints one line per workload: the naive script (one decision per call), flowguard alone (lone.lua,
+# one decision per call) and flowguard coalesced (gcra.lua in mode 't', --batch decisions per
+# call), then the ratios of flowguard's to the naive script's.
 # Needs valgrind (callgrind_control, callgrind_annotate), redis-server and redis-benchmark.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
-calls=300 batch=32 keys=100000
+calls=300 batch=32 keys=100000 module=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --calls) calls=$2; shift 2 ;;
     --batch) batch=$2; shift 2 ;;
     --keys) keys=$2; shift 2 ;;
+    --module) module=$2; shift 2 ;;
     *) echo "script_instructions.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -31,8 +37,13 @@ done
 . harness/scripts/free_port.sh
 port=$(free_port script_instructions.sh)
 dir=$(mktemp -d)
+load=()
+if [ -n "$module" ]; then
+  [ -f "$module" ] || { echo "script_instructions.sh: no module at $module" >&2; exit 2; }
+  load=(--loadmodule "$(cd "$(dirname "$module")" && pwd)/$(basename "$module")")
+fi
 valgrind --tool=callgrind --callgrind-out-file="$dir/cg.%p" redis-server --port "$port" \
-  --bind 127.0.0.1 --save "" --appendonly no --dir "$dir" >"$dir/valgrind.log" 2>&1 &
+  --bind 127.0.0.1 --save "" --appendonly no --dir "$dir" "${load[@]}" >"$dir/valgrind.log" 2>&1 &
 server=$!
 trap 'kill "$server" 2>/dev/null; wait "$server" 2>/dev/null; rm -rf "$dir"' EXIT
 for _ in $(seq 600); do
@@ -42,9 +53,13 @@ done
 redis-cli -p "$port" ping >/dev/null
 echo "$(redis-server --version)" >&2
 
-# measure LABEL DECISIONS_PER_CALL redis-benchmark's command...
+# measure DECISIONS_PER_CALL redis-benchmark's command...: instructions per decision, counted in
+# the function that runs the command (evalGenericCommand for EVALSHA, RedisModuleCommandDispatcher
+# for a module's command).
 measure() {
-  local label=$1 per_call=$2; shift 2
+  local per_call=$1; shift
+  local symbol=evalGenericCommand
+  [ "$1" = EVALSHA ] || symbol=RedisModuleCommandDispatcher
   redis-cli -p "$port" flushall >/dev/null
   redis-benchmark -p "$port" -q -n 100 -c 2 -r "$keys" "$@" >/dev/null
   callgrind_control -z "$server" >/dev/null
@@ -54,24 +69,43 @@ measure() {
   dump=$(ls -t "$dir"/cg.* | head -n1)
   local ir
   ir=$(callgrind_annotate --inclusive=yes --threshold=100 "$dump" 2>/dev/null |
-    awk '/:evalGenericCommand / && !found {gsub(",", "", $1); found = $1} END {print found}')
-  echo "$label: $((ir / (calls * per_call))) instructions per decision ($calls calls of $per_call)"
+    awk -v sym=":$symbol " 'index($0, sym) && !found {gsub(",", "", $1); found = $1} END {print found}')
+  echo $((ir / (calls * per_call)))
 }
 
 naive=$(redis-cli -p "$port" script load "$(cat harness/scripts/naive_gcra.lua)")
+lone=$(redis-cli -p "$port" script load "$(cat src/gcra/redis/lone.lua)")
 flowguard=$(redis-cli -p "$port" script load "$(cat src/gcra/redis/gcra.lua)")
-# flowguard's arguments after the mode and n: one rule (den 1, B*T = 1 s, server time, no extra
+# lone.lua's arguments: n*T = 10 ms, B*T = 1 s (server time, whole microseconds).
+lone_args=(10000 1000000)
+# gcra.lua's arguments after the mode and n: one rule (den 1, B*T = 1 s, server time, no extra
 # TTL), one kind (rule 1, T = 10 ms).
 args=(1 1 1000000 0 "" 0 1 1 10000 0)
-# One real decision first: now and a TAT back, or the arguments are wrong.
-reply=$(redis-cli -p "$port" EVALSHA "$flowguard" 1 probe s 1 "${args[@]}" | tr '\n' ' ')
+# One real decision of each first: the time (and a TAT) back, or the arguments are wrong.
+reply=$(redis-cli -p "$port" EVALSHA "$lone" 1 probe "${lone_args[@]}")
 case "$reply" in
-  [0-9]*" "[0-9]*" ") ;;
-  *) echo "script_instructions.sh: the script did not decide: $reply" >&2; exit 1 ;;
+  [0-9]*" "[0-9]*) ;;
+  *) echo "script_instructions.sh: lone.lua did not decide: $reply" >&2; exit 1 ;;
+esac
+reply=$(redis-cli -p "$port" EVALSHA "$flowguard" 2 probe probe2 t 2 "${args[@]}" | tr '\n' ' ')
+case "$reply" in
+  [0-9]*" "[0-9]*" "[0-9]*" ") ;;
+  *) echo "script_instructions.sh: gcra.lua did not decide: $reply" >&2; exit 1 ;;
 esac
 batch_keys=()
 for _ in $(seq "$batch"); do batch_keys+=("k:__rand_int__"); done
 
-measure "naive script" 1 EVALSHA "$naive" 1 "k:__rand_int__" 1764495532.123456 0.01 100 1
-measure "flowguard alone" 1 EVALSHA "$flowguard" 1 "k:__rand_int__" s 1 "${args[@]}"
-measure "flowguard coalesced" "$batch" EVALSHA "$flowguard" "$batch" "${batch_keys[@]}" t "$batch" "${args[@]}"
+naive_ir=$(measure 1 EVALSHA "$naive" 1 "k:__rand_int__" 1764495532.123456 0.01 100 1)
+lone_ir=$(measure 1 EVALSHA "$lone" 1 "k:__rand_int__" "${lone_args[@]}")
+coalesced_ir=$(measure "$batch" EVALSHA "$flowguard" "$batch" "${batch_keys[@]}" t "$batch" "${args[@]}")
+echo "naive script: $naive_ir instructions per decision ($calls calls of 1)"
+echo "flowguard alone: $lone_ir instructions per decision ($calls calls of 1)"
+echo "flowguard coalesced: $coalesced_ir instructions per decision ($calls calls of $batch)"
+awk -v n="$naive_ir" -v l="$lone_ir" -v c="$coalesced_ir" \
+  'BEGIN { printf "ratios to the naive script: alone %.3fx, coalesced %.3fx\n", l / n, c / n }'
+if [ -n "$module" ]; then
+  cell_ir=$(measure 1 CL.THROTTLE "k:__rand_int__" 99 100 1 1)
+  echo "redis-cell CL.THROTTLE: $cell_ir instructions per decision ($calls calls of 1)"
+  awk -v n="$naive_ir" -v l="$lone_ir" -v c="$coalesced_ir" -v m="$cell_ir" \
+    'BEGIN { printf "ratios to CL.THROTTLE: naive %.3fx, alone %.3fx, coalesced %.3fx\n", n / m, l / m, c / m }'
+fi

@@ -444,8 +444,22 @@ mod redis {
         let set = layer.set().clone();
         let url = serve(Router::new().route("/", get(remaining)).layer(layer)).await;
         let client = reqwest::Client::new();
-        // The server learns the script on the first call; count from after it.
+        // The server learns each script on its first call (a lone peek, then a peek of both
+        // quotas at once); count from after them.
         assert_eq!(left(&*set, 1, b"*").await, 4);
+        let both = [
+            flowguard::gcra::Demand {
+                limit: 0,
+                key: b"warm",
+                cost: 0,
+            },
+            flowguard::gcra::Demand {
+                limit: 1,
+                key: b"*",
+                cost: 0,
+            },
+        ];
+        assert!(set.check_all(&both).await.unwrap().allowed());
         let calls = store.script_calls();
 
         for _ in 0..3 {

@@ -15,6 +15,9 @@ use flowguard::gcra::remote::{
 };
 use flowguard::gcra::{CheckError, ConfigError, Decision, Degradation, Quota};
 
+/// The script of coalesced calls.
+const GENERAL: &str = include_str!("../../src/gcra/redis/gcra.lua");
+
 /// Spawns `check_key_n(key, cost)` on `limiter` and lets it send (or queue) its call.
 async fn spawn_check(
     limiter: &RemoteRateLimiter<RedisStore>,
@@ -31,9 +34,15 @@ async fn spawn_check(
 /// limiter of 10 per minute over it, with the script loaded, and the script calls sent so far:
 /// the counts after it are the decisions' calls.
 async fn warm_limiter(
+    server: &RedisServer,
     url: String,
     max_batch: usize,
 ) -> (RedisStore, RemoteRateLimiter<RedisStore>, u64) {
+    // The warm-up check is a call of its own (the lone script); the coalesced calls' script is
+    // cached too (connect loads it, but a user without the SCRIPT permission cannot), so the
+    // counts below are the scenario's calls without a first NOSCRIPT retry.
+    let sha = server.cli(&["script", "load", GENERAL]);
+    assert_eq!(sha.len(), 40, "{sha}");
     let store = crate::support::redis_builder(url)
         .prefix("fg:")
         .timeout(Duration::from_secs(5))
@@ -55,7 +64,7 @@ async fn a_bad_key_fails_only_its_own_decision_in_a_coalesced_call() {
     let mut server = RedisServer::start();
     server.cli(&["rpush", "fg:=list", "x"]);
     server.cli(&["set", "fg:=foreign", "1e308"]);
-    let (store, limiter, before) = warm_limiter(server.url(), DEFAULT_MAX_BATCH).await;
+    let (store, limiter, before) = warm_limiter(&server, server.url(), DEFAULT_MAX_BATCH).await;
     // The first call is held by the stopped server; the others queue and go together.
     server.pause();
     let first = spawn_check(&limiter, b"a", 1).await;
@@ -94,7 +103,7 @@ async fn a_bad_key_fails_only_its_own_decision_in_a_coalesced_call() {
 /// key of another type (a request that writes nothing), through a store connecting to `url`.
 async fn coalesced_peek_on_a_list(server: &mut RedisServer, url: String) {
     server.cli(&["rpush", "fg:=list", "x"]);
-    let (store, limiter, before) = warm_limiter(url, DEFAULT_MAX_BATCH).await;
+    let (store, limiter, before) = warm_limiter(server, url, DEFAULT_MAX_BATCH).await;
     server.pause();
     let first = spawn_check(&limiter, b"a", 1).await;
     let good = spawn_check(&limiter, b"b", 2).await;
@@ -144,7 +153,7 @@ async fn a_user_without_mget_gets_the_same_coalesced_decisions() {
 #[tokio::test(flavor = "current_thread")]
 async fn a_call_of_more_keys_than_one_mget_reads_decides_each_in_order() {
     let mut server = RedisServer::start();
-    let (store, limiter, before) = warm_limiter(server.url(), 300).await;
+    let (store, limiter, before) = warm_limiter(&server, server.url(), 300).await;
     server.pause();
     let first = spawn_check(&limiter, b"first", 1).await;
     // 300 decisions in one call: keys 0..199, then 0..99 again (the script reads 256 keys per

@@ -17,8 +17,9 @@ async fn the_first_decisions_on_a_new_server_are_made_by_redis() {
         .connect()
         .await
         .unwrap();
-    // Both scripts (the one-slot and the cross-slot one), loaded before connect returned.
-    assert_eq!(server.command_calls("script|load"), (2, 0));
+    // The three scripts (a lone decision's, the one-slot and the cross-slot calls'), loaded
+    // before connect returned.
+    assert_eq!(server.command_calls("script|load"), (3, 0));
 
     let limiter = RemoteRateLimiter::builder(store, Quota::per_second(1_000).unwrap())
         .failure_policy(FailurePolicy::FailClosed)

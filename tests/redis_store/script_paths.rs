@@ -1,6 +1,7 @@
-//! The GCRA script has more than one way through a call: a request decided alone, a coalesced
-//! call of one kind whose keys one `MGET` read (its own, shorter loop), and a coalesced call of
-//! several kinds (the general loop). For random rules, costs, stored states (none, whole and
+//! A decision has more than one way through Redis: a request decided alone by the lean script of
+//! a lone call (`lone.lua`), a request alone in a call of the general script (`gcra.lua`), a
+//! coalesced call of one kind whose keys one `MGET` read (its own, shorter loop), and a coalesced
+//! call of several kinds (the general loop). For random rules, costs, stored states (none, whole and
 //! fractional TATs before, inside and beyond the window, TATs over another denominator, values
 //! the script never writes, keys of another type) and requests (the same key several times), the
 //! replies, the values left in Redis and their TTLs are the same whichever way a call goes.
@@ -13,6 +14,7 @@ use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRng, TestRunner};
 
 const SCRIPT: &str = include_str!("../../src/gcra/redis/gcra.lua");
+const LONE: &str = include_str!("../../src/gcra/redis/lone.lua");
 
 /// Microseconds since the script's epoch: about today.
 const NOW: i64 = 1 << 48;
@@ -169,23 +171,90 @@ fn call(
     reply[1..].to_vec()
 }
 
-/// The case through one way: `None` decides each request alone, `Some(kinds)` all of them in one
-/// call.
-fn run(
+/// One call of the lone script, its reply written as the general script's for one request: the
+/// TAT (now when the reply gives none), `-4, whole, frac`, or the negated status; its error on a
+/// key of another type as `-3`, which a tolerant call answers and which sends the request alone.
+fn call_lone(
     conn: &mut redis::Connection,
-    script: &redis::Script,
+    lone: &redis::Script,
     prefix: &str,
     case: &Case,
-    together: Option<usize>,
+    request: usize,
+) -> Vec<i64> {
+    let mut invocation = lone.prepare_invoke();
+    invocation
+        .key(key(prefix, request))
+        .arg(case.step)
+        .arg(case.window)
+        .arg(NOW)
+        .arg(case.extra_ttl);
+    // A whole number of microseconds sends no fractions, as the client does.
+    if case.den != 1 {
+        invocation
+            .arg(case.den)
+            .arg(case.step_frac)
+            .arg(case.window_frac);
+    }
+    match invocation.invoke::<redis::Value>(conn) {
+        Ok(redis::Value::Int(status)) => vec![status],
+        Ok(redis::Value::BulkString(text)) => {
+            let text = String::from_utf8(text).unwrap();
+            let mut fields = text.split(' ');
+            assert_eq!(
+                fields.next(),
+                Some(NOW.to_string().as_str()),
+                "the time given"
+            );
+            let reply = match fields.next() {
+                None => vec![NOW],
+                Some(tat) => match tat.split_once('+') {
+                    None => vec![tat.parse().unwrap()],
+                    Some((whole, frac)) => {
+                        vec![-4, whole.parse().unwrap(), frac.parse().unwrap()]
+                    }
+                },
+            };
+            assert_eq!(fields.next(), None, "{text}");
+            reply
+        }
+        Err(e) if e.code() == Some("WRONGTYPE") => vec![-3],
+        other => panic!("the lone script answered {other:?}"),
+    }
+}
+
+/// A way through a call.
+#[derive(Clone, Copy)]
+enum Way {
+    /// Each request in a call of the lone script.
+    Lone,
+    /// Each request alone in a tolerant call of the general script.
+    Alone,
+    /// All requests in one tolerant call of `kinds` kinds.
+    Together(usize),
+}
+
+/// The case through one way.
+fn run(
+    conn: &mut redis::Connection,
+    scripts: &(redis::Script, redis::Script),
+    prefix: &str,
+    case: &Case,
+    way: Way,
 ) -> Outcome {
+    let (script, lone) = scripts;
     let start = Instant::now();
     prepare(conn, prefix, case);
-    let replies = match together {
-        Some(kinds) => call(conn, script, prefix, case, &case.requests, kinds),
-        None => case
+    let replies = match way {
+        Way::Together(kinds) => call(conn, script, prefix, case, &case.requests, kinds),
+        Way::Alone => case
             .requests
             .iter()
             .flat_map(|&i| call(conn, script, prefix, case, &[i], 1))
+            .collect(),
+        Way::Lone => case
+            .requests
+            .iter()
+            .flat_map(|&i| call_lone(conn, lone, prefix, case, i))
             .collect(),
     };
     let keys = (0..KEYS)
@@ -238,7 +307,7 @@ fn every_way_through_a_call_decides_alike() {
             .get_connection()
             .unwrap(),
     );
-    let script = redis::Script::new(SCRIPT);
+    let scripts = (redis::Script::new(SCRIPT), redis::Script::new(LONE));
     // proptest's deterministic seed: the same cases on every run.
     let config = Config {
         cases: 300,
@@ -255,9 +324,23 @@ fn every_way_through_a_call_decides_alike() {
             let case_no = cases.get() + 1;
             cases.set(case_no);
             let conn = &mut *conn.borrow_mut();
-            let alone = run(conn, &script, &format!("a{case_no}:"), &case, None);
-            let fast = run(conn, &script, &format!("f{case_no}:"), &case, Some(1));
-            let general = run(conn, &script, &format!("g{case_no}:"), &case, Some(2));
+            let alone = run(conn, &scripts, &format!("a{case_no}:"), &case, Way::Alone);
+            let lone = run(conn, &scripts, &format!("l{case_no}:"), &case, Way::Lone);
+            let fast = run(
+                conn,
+                &scripts,
+                &format!("f{case_no}:"),
+                &case,
+                Way::Together(1),
+            );
+            let general = run(
+                conn,
+                &scripts,
+                &format!("g{case_no}:"),
+                &case,
+                Way::Together(2),
+            );
+            same(&alone, &lone, &case)?;
             same(&alone, &fast, &case)?;
             same(&alone, &general, &case)
         })

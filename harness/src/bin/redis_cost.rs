@@ -24,8 +24,8 @@ use serde_json::{Map, Value as Json, json};
 type AnyError = Box<dyn Error + Send + Sync>;
 type Result<T> = std::result::Result<T, AnyError>;
 
-/// flowguard's script, exactly as the store ships it.
-const FLOWGUARD_LUA: &str = include_str!("../../../src/gcra/redis/gcra.lua");
+/// flowguard's script of a decision alone (a call of one request), exactly as the store ships it.
+const FLOWGUARD_LUA: &str = include_str!("../../../src/gcra/redis/lone.lua");
 /// Floor 1: what EVALSHA costs with one key and flowguard's arguments before the script does anything.
 const EMPTY_LUA: &str = "return 1";
 /// Floor 2: the two data commands any GET/SET GCRA script needs, and nothing else.
@@ -74,23 +74,14 @@ struct Quota {
 }
 
 impl Quota {
-    /// flowguard's ARGV for one cost-1 request at `now` ("" for server time): the mode (`s`, one
-    /// request), the number of requests (1) and of rules (1); the rule: the denominator (1: these
-    /// intervals are whole µs), `B*T` as whole µs plus a fraction, now, extra TTL; the number of
-    /// kinds of request (1) and the kind: its rule (1) and `n*T` as whole µs plus a fraction.
+    /// flowguard's ARGV for one cost-1 request at `now` ("" for server time), as `lone.lua` takes
+    /// them: `n*T` and `B*T` in whole µs (these intervals are whole µs, so no fractions follow),
+    /// then, for an explicit time only, now and the extra TTL (0).
     fn flowguard_args(&self, cmd: &mut Cmd, now: &str) {
-        cmd.arg("s")
-            .arg(1)
-            .arg(1)
-            .arg(1)
-            .arg(self.window_us())
-            .arg(0)
-            .arg(now)
-            .arg(0)
-            .arg(1)
-            .arg(1)
-            .arg(self.interval_us)
-            .arg(0);
+        cmd.arg(self.interval_us).arg(self.window_us());
+        if !now.is_empty() {
+            cmd.arg(now).arg(0);
+        }
     }
 
     /// `B*T` in µs.
@@ -122,9 +113,9 @@ impl Quota {
 /// one per hour: after the first call per key everything is denied and nothing is written). The
 /// headline figure of each script is the mean of its two allowed workloads.
 ///
-/// Scripts: flowguard's (`src/gcra/redis/gcra.lua`, server `TIME`, cost 1), the same with an
-/// explicit client time (to price `TIME`), the naive reference (`harness/scripts/naive_gcra.lua`), two
-/// floors (an empty script with the same arguments; a script doing only `GET` + `SET .. PX`), and
+/// Scripts: flowguard's for a decision alone (`src/gcra/redis/lone.lua`, server `TIME`, cost 1),
+/// the same with an explicit client time (to price `TIME`), the naive reference
+/// (`harness/scripts/naive_gcra.lua`), two floors (an empty script with the same arguments; a script doing only `GET` + `SET .. PX`), and
 /// any `--script NAME=PATH` taking flowguard's `KEYS`/`ARGV`.
 ///
 /// **Memory.** `--mem-keys` keys per layout, all with a TTL: a GCRA key written by flowguard's
@@ -428,7 +419,7 @@ impl Keys {
 /// What one call sends.
 #[derive(Clone)]
 enum Call {
-    /// flowguard's KEYS/ARGV convention; `server_time` sends "" as the time (`ARGV[7]`).
+    /// flowguard's KEYS/ARGV convention (`lone.lua`); `server_time` sends no time (`ARGV[3]`).
     Flowguard { sha: String, server_time: bool },
     /// The naive script: client seconds as a float, T in seconds, burst, cost.
     Naive { sha: String },
@@ -766,18 +757,34 @@ async fn report_throughput(
     Ok(())
 }
 
-/// flowguard's `{0 (decided), 1 (allowed), ..}`, the naive script's `{1 (allowed), ..}`, integer 1
-/// (the floors, which take flowguard's arguments) or OK (SET).
+/// flowguard's `"<time> [<tat>]"`, the naive script's `{1 (allowed), ..}`, integer 1 (the floors,
+/// which take flowguard's arguments) or OK (SET).
 fn is_allowed(call: &Call, reply: &Value, quota: Quota) -> bool {
     match (call, reply) {
-        // flowguard's script answers now and the TAT the request met (a negative number: not
-        // decided); a cost-1 request is allowed when the TAT plus T is within the window.
-        (Call::Flowguard { .. }, Value::Array(items)) => match items[..] {
-            [Value::Int(now), Value::Int(tat)] if now >= 0 && tat >= 0 => {
-                tat.unsigned_abs() + quota.interval_us <= now.unsigned_abs() + quota.window_us()
+        // flowguard's script answers the time it decided at (the server's TIME as seconds and
+        // microseconds, or the explicit now) and the TAT the request met when it is not that
+        // time (a negative number: not decided); a cost-1 request is allowed when the TAT plus T
+        // is within the window.
+        (Call::Flowguard { server_time, .. }, Value::BulkString(text)) => {
+            let text = String::from_utf8_lossy(text);
+            let numbers: Option<Vec<u64>> = text.split(' ').map(|n| n.parse().ok()).collect();
+            let Some(numbers) = numbers else {
+                return false;
+            };
+            let (now, tat) = match (server_time, &numbers[..]) {
+                (true, &[secs, micros, ref tat @ ..]) => (
+                    secs.saturating_sub(FLOWGUARD_EPOCH_UNIX_S) * 1_000_000 + micros,
+                    tat,
+                ),
+                (false, &[now, ref tat @ ..]) => (now, tat),
+                _ => return false,
+            };
+            match *tat {
+                [] => true,
+                [tat] => tat + quota.interval_us <= now + quota.window_us(),
+                _ => false,
             }
-            _ => false,
-        },
+        }
         (Call::Naive { .. }, Value::Array(items)) => matches!(items.first(), Some(Value::Int(1))),
         (Call::Flowguard { .. }, Value::Int(n)) => *n == 1,
         (Call::Set, Value::Okay) => true,
@@ -1271,12 +1278,24 @@ mod tests {
             server_time: true,
         };
         let naive = Call::Naive { sha: "abc".into() };
+        let explicit = Call::Flowguard {
+            sha: "abc".into(),
+            server_time: false,
+        };
         let ints = |v: &[i64]| Value::Array(v.iter().map(|&i| Value::Int(i)).collect());
+        let text = |s: &str| Value::BulkString(s.as_bytes().to_vec());
         let q = STINGY;
-        assert!(is_allowed(&flowguard, &ints(&[5, 5]), q));
-        assert!(!is_allowed(&flowguard, &ints(&[5, 5 + 3_600_000_000]), q));
-        assert!(!is_allowed(&flowguard, &ints(&[5, -1]), q));
-        assert!(!is_allowed(&flowguard, &ints(&[1]), q));
+        // An idle key (no TAT in the reply), one whose TAT is now, one a full window ahead.
+        assert!(is_allowed(&flowguard, &text("1700000000 5"), q));
+        assert!(is_allowed(&flowguard, &text("1700000000 5 5"), q));
+        assert!(!is_allowed(&flowguard, &text("1700000000 5 3600000005"), q));
+        assert!(is_allowed(&explicit, &text("5"), q));
+        assert!(!is_allowed(&explicit, &text("5 3600000005"), q));
+        // Statuses and other shapes are not allowed.
+        assert!(!is_allowed(&flowguard, &Value::Int(-1), q));
+        assert!(!is_allowed(&flowguard, &text("1700000000"), q));
+        assert!(!is_allowed(&flowguard, &text("1700000000 5 x"), q));
+        assert!(!is_allowed(&flowguard, &ints(&[5, 5]), q));
         assert!(is_allowed(&naive, &ints(&[1, 9]), q));
         assert!(!is_allowed(&naive, &ints(&[0, 9]), q));
         assert!(is_allowed(&flowguard, &Value::Int(1), q));
@@ -1302,30 +1321,17 @@ mod tests {
         };
         assert_eq!(
             args(&server.command("k", STINGY)),
-            [
-                "EVALSHA",
-                "abc",
-                "1",
-                "k",
-                "s",
-                "1",
-                "1",
-                "1",
-                "3600000000",
-                "0",
-                "",
-                "0",
-                "1",
-                "1",
-                "3600000000",
-                "0"
-            ]
+            ["EVALSHA", "abc", "1", "k", "3600000000", "3600000000"]
         );
         let explicit = Call::Flowguard {
             sha: "abc".into(),
             server_time: false,
         };
-        let now: u64 = args(&explicit.command("k", GENEROUS))[10].parse().unwrap();
+        let sent = args(&explicit.command("k", GENEROUS));
+        assert_eq!(sent.len(), 8, "n*T, B*T, now, extra TTL: {sent:?}");
+        assert_eq!(sent[4..6], ["100000", "100000000000"]);
+        assert_eq!(sent[7], "0");
+        let now: u64 = sent[6].parse().unwrap();
         assert!(
             now > 90_000_000_000_000,
             "flowguard-epoch microseconds, got {now}"

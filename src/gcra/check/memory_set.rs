@@ -10,7 +10,7 @@ use parking_lot::Mutex;
 use super::decisions::Decisions;
 use super::error::CheckError;
 use super::future::SetFuture;
-use super::set::{Demand, LimitSet, validate};
+use super::set::{Demand, LimitSet, needed, validate};
 use super::set_error::SetError;
 use crate::clock::{Clock, MonotonicClock};
 use crate::gcra::{ConfigError, DEFAULT_MAX_KEYS, Decision, KeyedRateLimiter, Overflow, Quota};
@@ -286,7 +286,9 @@ impl<C: Clock> MemoryLimitSet<C> {
     }
 
     /// The answers of a request denied at demand `denied_at` (`denied` is its decision), once
-    /// everything granted was given back: each other demand as it stands alone now.
+    /// everything granted was given back, as [`LimitSet`] defines them: each demand fits when
+    /// it fits together with the earlier demands on its limit and key, and reports the key
+    /// unspent.
     fn report_denial(
         &self,
         demands: &[Demand<'_>],
@@ -295,23 +297,43 @@ impl<C: Clock> MemoryLimitSet<C> {
     ) -> Result<Decisions, SetError> {
         let mut decisions = Decisions::with_capacity(demands.len());
         for (i, demand) in demands.iter().enumerate() {
-            if i == denied_at {
-                decisions.push(denied);
-                continue;
-            }
             let limit = &self.limits[demand.limit];
             let peek = spend(limit, &Demand { cost: 0, ..*demand }, i)?;
-            if peek.allowed && demand.cost <= peek.remaining {
+            if i == denied_at {
+                // Denied with the earlier demands granted: its wait is the one for their costs
+                // and its own together.
+                decisions.push(Decision::new(
+                    false,
+                    peek.limit,
+                    peek.remaining,
+                    denied.retry_after,
+                    peek.reset_after,
+                ));
+                continue;
+            }
+            let needed = needed(demands, i);
+            if peek.allowed && needed <= u64::from(peek.remaining) {
                 decisions.push(peek);
                 continue;
             }
-            // It does not fit: a denied check changes nothing and says when it will.
-            let alone = spend(limit, demand, i)?;
-            if alone.allowed && alone.degraded.is_none() && demand.cost > 0 {
-                limit.limiter.refund_bytes(demand.key, demand.cost);
+            // It does not fit: a denied check of the costs together changes nothing and says
+            // when they will fit.
+            let together = Demand {
+                cost: u32::try_from(needed).unwrap_or(u32::MAX),
+                ..*demand
+            };
+            let alone = spend(limit, &together, i)?;
+            if alone.allowed && alone.degraded.is_none() && together.cost > 0 {
+                limit.limiter.refund_bytes(demand.key, together.cost);
                 decisions.push(peek);
             } else {
-                decisions.push(alone);
+                decisions.push(Decision::new(
+                    false,
+                    peek.limit,
+                    peek.remaining,
+                    alone.retry_after,
+                    peek.reset_after,
+                ));
             }
         }
         Ok(decisions)

@@ -22,9 +22,9 @@ pub use error::{CheckError, Rejection, StoreError, Unavailable};
 pub use future::{CheckFuture, SetFuture};
 pub use memory_set::{MemoryLimitSet, MemoryLimitSetBuilder};
 pub use separate::SeparateLimits;
-#[allow(unused_imports)] // for the sets of shared stores
-pub(crate) use set::answer_alone;
 pub use set::{Demand, LimitSet, LimitSpec};
+#[allow(unused_imports)] // for the sets of shared stores
+pub(crate) use set::{answer_alone, unspent};
 pub use set_error::SetError;
 
 use crate::clock::Clock;

@@ -4,9 +4,9 @@
 use super::KeyedLimit;
 use super::decisions::Decisions;
 use super::future::SetFuture;
-use super::set::{Demand, LimitSet, answer_alone};
+use super::set::{Demand, LimitSet, answer_alone, unspent};
 use super::set_error::SetError;
-use crate::gcra::{Decision, Quota};
+use crate::gcra::Quota;
 use std::sync::Arc;
 
 /// Any [`KeyedLimit`]s (in memory, remote, two-tier, `Arc<dyn KeyedLimit>`) as a [`LimitSet`]:
@@ -136,12 +136,9 @@ async fn peek_then_spend(demands: &[Owned]) -> Result<Decisions, SetError> {
             .filter(|d| d.index == demand.index && d.key == demand.key)
             .map(|d| u64::from(d.cost))
             .sum::<u64>();
-        if peek.allowed && needed <= u64::from(peek.remaining) {
-            peeks.push(peek);
-        } else {
-            fits = false;
-            peeks.push(denial(peek, demand.limit.quota(), needed));
-        }
+        let answer = unspent(peek, demand.limit.quota(), needed);
+        fits &= answer.allowed;
+        peeks.push(answer);
     }
     if !fits {
         return Ok(peeks);
@@ -159,27 +156,6 @@ async fn peek_then_spend(demands: &[Owned]) -> Result<Decisions, SetError> {
         }
     }
     Ok(decisions)
-}
-
-/// A demand of `needed` tokens that its peek says does not fit, as a denial, without asking the
-/// limit again (a check could spend): `retry_after` is when `needed` tokens fit,
-/// `reset_after - (B - needed) * T`, with `(B - needed) * T` rounded down so the wait is never
-/// short. A denial by a failure policy keeps its own wait.
-fn denial(peek: Decision, quota: Quota, needed: u64) -> Decision {
-    let retry_after = if !peek.allowed {
-        peek.retry_after
-    } else {
-        let (num, den) = quota.emission_interval_exact();
-        let spare = u128::from(quota.burst()).saturating_sub(u128::from(needed));
-        let earned = spare * num / u128::from(den);
-        let earned = std::time::Duration::from_nanos(u64::try_from(earned).unwrap_or(u64::MAX));
-        Some(peek.reset_after.saturating_sub(earned))
-    };
-    Decision {
-        allowed: false,
-        retry_after,
-        ..peek
-    }
 }
 
 #[cfg(test)]

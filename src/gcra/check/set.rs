@@ -62,6 +62,20 @@ impl LimitSpec {
 /// * A demand naming a limit the set does not have is [`SetError::UnknownLimit`].
 /// * The answer has one [`Decision`](crate::gcra::Decision) per demand, in order (see
 ///   [`Decisions`](super::Decisions)).
+/// * **Allowed**: each decision is its demand's spend, in order; a demand naming the same limit
+///   and key as earlier ones is decided after their spends.
+/// * **Denied**: nothing was spent, and each decision reports its key as it stands: `remaining`
+///   and `reset_after` are the key's, unspent. A demand *fits* (is `allowed`) when its cost
+///   fits together with the costs of the earlier demands naming the same limit and key; one that
+///   does not is denied with `retry_after`, the time until those costs fit together. So with 1
+///   token left, demands of cost 2 then 1 on one key are both denied (2 does not fit, nor do 3),
+///   both report `remaining` 1, and the second waits for 3 tokens.
+///
+/// Every set of the crate reports this, whatever keeps the state: in memory
+/// ([`MemoryLimitSet`](super::MemoryLimitSet)), in Redis
+/// ([`RemoteLimitSet`](crate::gcra::remote::RemoteLimitSet), one script call or peeks then
+/// spends), and over any limits, two-tier ones included
+/// ([`SeparateLimits`](super::SeparateLimits)).
 ///
 /// ```
 /// use flowguard::gcra::{Demand, LimitSet, MemoryLimitSet, Quota};
@@ -122,11 +136,7 @@ pub(crate) fn validate(
                 limits,
             });
         };
-        // The total over this demand and the earlier ones naming the same limit and key.
-        let total = demands[..i]
-            .iter()
-            .filter(|d| d.limit == demand.limit && d.key == demand.key)
-            .fold(u64::from(demand.cost), |sum, d| sum + u64::from(d.cost));
+        let total = needed(demands, i);
         if total > u64::from(burst) {
             return Err(SetError::Check {
                 demand: i,
@@ -138,6 +148,40 @@ pub(crate) fn validate(
         }
     }
     Ok(())
+}
+
+/// The tokens demand `i` needs to fit: its cost and the costs of the earlier demands naming the
+/// same limit and key (see [`LimitSet`]).
+pub(crate) fn needed(demands: &[Demand<'_>], i: usize) -> u64 {
+    let demand = &demands[i];
+    demands[..i]
+        .iter()
+        .filter(|d| d.limit == demand.limit && d.key == demand.key)
+        .fold(u64::from(demand.cost), |sum, d| sum + u64::from(d.cost))
+}
+
+/// A demand's decision in a request that spends nothing, from a `peek` at its key (see
+/// [`LimitSet`]): the peek when `needed` tokens fit, else a denial with the peek's numbers and
+/// the time until `needed` tokens fit (a peek denied by a failure policy keeps its own).
+pub(crate) fn unspent(peek: Decision, quota: Quota, needed: u64) -> Decision {
+    if peek.allowed && needed <= u64::from(peek.remaining) {
+        return peek;
+    }
+    let retry_after = if !peek.allowed {
+        peek.retry_after
+    } else {
+        // Tokens come back one per T: `needed` fit once the key is back to `B - needed` spent.
+        let (num, den) = quota.emission_interval_exact();
+        let spare = u128::from(quota.burst()).saturating_sub(u128::from(needed));
+        let earned = spare * num / u128::from(den);
+        let earned = std::time::Duration::from_nanos(u64::try_from(earned).unwrap_or(u64::MAX));
+        Some(peek.reset_after.saturating_sub(earned))
+    };
+    Decision {
+        allowed: false,
+        retry_after,
+        ..peek
+    }
 }
 
 /// The start of `check_all` for a set of [`KeyedLimit`]s (limit `i` is `limits[i]`): `Some` with

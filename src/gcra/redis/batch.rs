@@ -24,6 +24,7 @@
 use std::collections::VecDeque;
 use std::future::Future;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use parking_lot::Mutex;
 use tokio::sync::oneshot;
@@ -52,6 +53,9 @@ pub(crate) const MAX_IN_FLIGHT: usize = 2;
 pub(crate) struct Lane {
     max_batch: usize,
     state: Mutex<State>,
+    /// Calls of this lane the server answered (if only with an error), for the timeout of the
+    /// decisions queued behind them (see [`Lane::answered`]).
+    answered: AtomicU64,
 }
 
 #[derive(Default)]
@@ -82,6 +86,29 @@ impl Lane {
         Lane {
             max_batch,
             state: Mutex::new(State::default()),
+            answered: AtomicU64::new(0),
+        }
+    }
+
+    /// How many of this lane's calls the server has answered so far (a call that timed out or
+    /// lost its connection is no answer): a decision queued behind calls is late only when no
+    /// answer came for a whole timeout.
+    pub(crate) fn answered(&self) -> u64 {
+        self.answered.load(Ordering::Acquire)
+    }
+
+    /// Counts a call whose answers say the server answered.
+    fn count<'a>(&self, answers: impl IntoIterator<Item = &'a Answer>) {
+        let unanswered = |a: &Answer| {
+            matches!(
+                a,
+                Err(CheckError::Store(StoreError::Unavailable(
+                    Unavailable::Timeout { .. } | Unavailable::Connection
+                )))
+            )
+        };
+        if answers.into_iter().any(|a| !unanswered(a)) {
+            self.answered.fetch_add(1, Ordering::AcqRel);
         }
     }
 
@@ -115,6 +142,7 @@ impl Lane {
                     caller: caller.clone(),
                 };
                 let answer = caller.alone(&request).await;
+                self.count([&answer]);
                 drop(turn);
                 answer
             }
@@ -178,6 +206,7 @@ impl Lane {
             } else {
                 caller.together(&requests).await
             };
+            self.count(&answers);
             for (reply, answer) in replies.into_iter().zip(answers) {
                 // A caller that gave up meanwhile no longer listens.
                 let _ = reply.send(answer);
@@ -378,5 +407,44 @@ mod tests {
             vec![vec![vec![0]], vec![vec![2]]],
             "the abandoned decision was never sent"
         );
+    }
+
+    /// A caller whose calls get no answer from the server (the client's timeout ends them).
+    #[derive(Clone)]
+    struct Unanswered;
+
+    impl Caller for Unanswered {
+        async fn alone(&self, _: &Request) -> Answer {
+            let why = Unavailable::Timeout {
+                after: Duration::from_millis(50),
+            };
+            Err(StoreError::Unavailable(why).into())
+        }
+
+        async fn together(&self, requests: &[Request]) -> Vec<Answer> {
+            let mut answers = Vec::new();
+            for r in requests {
+                answers.push(self.alone(r).await);
+            }
+            answers
+        }
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn only_calls_the_server_answered_count_as_answers() {
+        let lane = Arc::new(Lane::new(3));
+        let recorder = Recorder::default();
+        let call = {
+            let (lane, recorder) = (lane.clone(), recorder.clone());
+            tokio::spawn(async move { lane.decide(&recorder, request(0)).await })
+        };
+        until_held(&recorder, 1).await;
+        assert_eq!(lane.answered(), 0, "in flight");
+        recorder.release.notify_one();
+        call.await.unwrap().unwrap();
+        assert_eq!(lane.answered(), 1);
+        // Timeouts and lost connections are no answer.
+        assert!(lane.decide(&Unanswered, request(1)).await.is_err());
+        assert_eq!(lane.answered(), 1);
     }
 }

@@ -447,11 +447,18 @@ fn at(seed: &ConnectionInfo, node: &Node) -> ConnectionInfo {
     seed.clone().set_addr(addr)
 }
 
+/// How many store timeouts a standalone connection waits for one reply. The store bounds each
+/// check itself (from the server's last answer to the calls it waits behind, see
+/// `RedisStoreBuilder::timeout`), and gives up within one timeout when the server stops
+/// answering; the client's own bound is the backstop, so that a reply a busy client reads late,
+/// while the server keeps answering, is not cut off by the client before the store judged it.
+const REPLY_TIMEOUTS: u32 = 4;
+
 fn manager_config(timeouts: Timeouts) -> ConnectionManagerConfig {
     // A failed attempt is retried once after 10-100 ms, then the next call starts a new attempt.
     ConnectionManagerConfig::new()
         .set_connection_timeout(Some(timeouts.node_connect))
-        .set_response_timeout(Some(timeouts.call))
+        .set_response_timeout(Some(timeouts.call.saturating_mul(REPLY_TIMEOUTS)))
         .set_number_of_retries(1)
         .set_min_delay(Duration::from_millis(10))
         .set_max_delay(Duration::from_millis(100))

@@ -1,8 +1,8 @@
--- flowguard GCRA: one string value (the TAT) per key; one call decides one or several requests,
--- each in O(1), in the order given.
+-- flowguard GCRA: one string value (the TAT) per key; one call decides several requests, each in
+-- O(1), in the order given. A call of one request runs lone.lua, which decides it as this script
+-- would and pays for none of what a call of several needs.
 --
 -- ARGV[1]  the mode:
---            's' (single)   one request; a failing GET or SET raises the call's error
 --            't' (tolerant) each request as if alone; a request whose GET or SET fails (a key of
 --                           another type, a key this node does not serve, ...) is not decided:
 --                           status 3, nothing changed, and the others go on
@@ -46,8 +46,8 @@
 -- nil for a key of another type as for no key, so a request whose key it answered nil for writes
 -- with SET .. GET, which fails on a key of another type and then changes nothing, or, if it
 -- writes nothing, reads its key again with GET: either fails as a lone request's GET would. When
--- the MGET fails (a key this node does not serve, a user without +mget, ...), and in 's' and 'a'
--- calls and a Redis Cluster node's batches (keys of several slots, which one MGET refuses), each
+-- the MGET fails (a key this node does not serve, a user without +mget, ...), and in 'a' calls
+-- and a Redis Cluster node's batches (keys of several slots, which one MGET refuses), each
 -- key is read with its own GET.
 --
 -- The TTL is the TAT rounded up to a millisecond, from the decision's time (plus extra_ttl).
@@ -58,7 +58,7 @@
 -- every key with no value is decided against now, so that decision, its value and its TTL are
 -- computed once per call, not once per key.
 --
--- Replies ('s' and 't'): first, per rule, its now (0 for a rule no request used validly); then per
+-- Replies ('t'): first, per rule, its now (0 for a rule no request used validly); then per
 -- request in order: tat when the request was decided against the TAT tat (a whole number of
 -- microseconds: tat = max(stored TAT, now); the client derives the decision from it); -4, tat,
 -- tat_frac when that TAT has a fraction tat_frac/den; or -status: 1, the key holds something that
@@ -74,7 +74,7 @@ local call, pcall = redis.call, redis.pcall
 local CHUNK = 256
 
 local mode, n, r = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
-if not (n and r) or n < 1 or r < 1 or (mode ~= 's' and mode ~= 't' and mode ~= 'a') then
+if not (n and r) or n < 1 or r < 1 or (mode ~= 't' and mode ~= 'a') then
   return {2}
 end
 local kind_arg = 4 + 5 * r
@@ -364,22 +364,18 @@ for i = 1, n do
         e[1], e[2], e[3] = cand, cand_frac, den
         if writes then e[6], e[7], e[8] = value, ttl, true end
       elseif writes then
-        if mode == 't' then
-          local done
-          if verify then
-            done = pcall('SET', key, value, 'PX', ttl, 'GET')
-          else
-            done = pcall('SET', key, value, 'PX', ttl)
-          end
-          -- An error is a table with err; SET answers a status table, SET .. GET a nil (false).
-          if done and done.err then
-            status = 3
-          else
-            if not written then written = {} end
-            written[key] = value
-          end
+        local done
+        if verify then
+          done = pcall('SET', key, value, 'PX', ttl, 'GET')
         else
-          call('SET', key, value, 'PX', ttl)
+          done = pcall('SET', key, value, 'PX', ttl)
+        end
+        -- An error is a table with err; SET answers a status table, SET .. GET a nil (false).
+        if done and done.err then
+          status = 3
+        else
+          if not written then written = {} end
+          written[key] = value
         end
       elseif verify and type(pcall('GET', key)) == 'table' then
         status = 3

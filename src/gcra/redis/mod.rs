@@ -46,7 +46,9 @@
 //! # Ok(()) }
 //! ```
 //!
-//! Every call is bounded by the store's timeout ([`DEFAULT_TIMEOUT`], 50 ms). Degraded decisions
+//! Every call is bounded by the store's timeout ([`DEFAULT_TIMEOUT`], 50 ms; a check queued behind
+//! other calls counts it from the server's last answer to them, so a busy client's own backlog is
+//! not taken for a failed server: see [`RedisStoreBuilder::timeout`]). Degraded decisions
 //! (Redis slow, down, failing over) are counted in the
 //! [`DEGRADED_METRIC`](crate::gcra::remote::DEGRADED_METRIC) counter
 //! (`flowguard_redis_degraded_total{policy,topology,reason}`) and logged with `tracing::warn!` at most once
@@ -119,10 +121,12 @@
 
 mod batch;
 mod connection;
+mod deadline;
 mod error;
 mod groups;
 mod key;
 mod lanes;
+mod lone;
 mod quota;
 mod rebuild;
 mod script;
@@ -131,9 +135,9 @@ mod store;
 
 pub use error::ConnectError;
 pub use key::{DEFAULT_PREFIX, MAX_KEY_LEN, MAX_PREFIX_LEN};
-pub use quota::{MAX_REDIS_WINDOW, RESOLUTION};
+pub use quota::{FLOWGUARD_EPOCH_UNIX_SECS, MAX_REDIS_WINDOW, RESOLUTION};
 pub use store::{
     DEFAULT_CONNECT_TIMEOUT, DEFAULT_EXPLICIT_TTL_SLACK, DEFAULT_MAX_BATCH,
-    DEFAULT_NODE_CONNECT_TIMEOUT, DEFAULT_PROBE_INTERVAL, DEFAULT_TIMEOUT,
-    FLOWGUARD_EPOCH_UNIX_SECS, RedisStore, RedisStoreBuilder,
+    DEFAULT_NODE_CONNECT_TIMEOUT, DEFAULT_PROBE_INTERVAL, DEFAULT_TIMEOUT, RedisStore,
+    RedisStoreBuilder,
 };

@@ -5,13 +5,17 @@ use std::time::Duration;
 
 use crate::gcra::{ConfigError, Gcra, Quota};
 
+/// The epoch of the store's timestamps: unix time 1,700,000,000 s (2023-11-14T22:13:20Z).
+/// Microseconds since then stay below 2^53 (exact in Lua) for about 280 years.
+pub const FLOWGUARD_EPOCH_UNIX_SECS: u64 = 1_700_000_000;
+
 /// The Redis store's time resolution: one microsecond, the resolution of the server's `TIME`.
 pub const RESOLUTION: Duration = Duration::from_micros(1);
 
 /// The longest burst window the Redis store accepts: 2^51 µs, about 71 years.
 ///
 /// The script runs in Lua, whose numbers are doubles: integers are exact below 2^53. Times are
-/// microseconds since [`FLOWGUARD_EPOCH_UNIX_SECS`](super::FLOWGUARD_EPOCH_UNIX_SECS) (about 2^48 today),
+/// microseconds since [`FLOWGUARD_EPOCH_UNIX_SECS`] (about 2^48 today),
 /// and the script computes `now + 2 * window` at most, so a window of 2^51 µs keeps every
 /// intermediate value exact for well over a century. Fractions of a microsecond stay below the
 /// interval's denominator (at most `1000 * rate`, below 2^42), so they are exact too.

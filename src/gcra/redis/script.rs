@@ -1,10 +1,9 @@
-//! The GCRA Lua script (`gcra.lua`): its text, digests, arguments and replies.
+//! The general GCRA Lua script (`gcra.lua`): its text, digests, arguments and replies.
 //!
-//! One script decides one request or several, each in O(1) (its key read once, by `GET` or, for the
-//! keys of a coalesced call on Redis 7.0+, one `MGET`; at most one `SET ... PX`):
+//! One script decides several requests, each in O(1) (its key read once, by `GET` or, for the keys
+//! of a coalesced call on Redis 7.0+, one `MGET`; at most one `SET ... PX`). A call of one request
+//! runs the [lone](super::lone) script instead, which decides it exactly as this one would.
 //!
-//! * [`Mode::Single`]: one request, exactly as earlier versions decided it; a key of another type
-//!   is the call's error.
 //! * [`Mode::Tolerant`]: several independent requests (a coalesced call), each decided exactly as
 //!   if alone, in order; a request whose `GET` or `SET` fails is left undecided ([`Outcome::Alone`])
 //!   and the others go on, so the client decides it alone and reports its own error.
@@ -46,8 +45,6 @@ fn sha1(source: &str) -> String {
 /// How the script treats the requests of one call (its `ARGV[1]`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Mode {
-    /// One request; a failing `GET`/`SET` is the call's error.
-    Single,
     /// Independent requests; one whose `GET`/`SET` fails is left undecided.
     Tolerant,
     /// All or nothing.
@@ -57,7 +54,6 @@ pub(crate) enum Mode {
 impl Mode {
     fn arg(self) -> &'static str {
         match self {
-            Mode::Single => "s",
             Mode::Tolerant => "t",
             Mode::All => "a",
         }
@@ -80,10 +76,10 @@ pub(crate) struct Request {
     pub(crate) rule: Gcra,
     pub(crate) cost: u32,
     /// `cost * T` in µs, exact.
-    step: Ticks,
+    pub(super) step: Ticks,
     /// `None`: the server's `TIME`.
-    now_us: Option<u64>,
-    extra_ttl_ms: u64,
+    pub(super) now_us: Option<u64>,
+    pub(super) extra_ttl_ms: u64,
 }
 
 impl Request {
@@ -235,7 +231,7 @@ mod status {
     pub(super) const ALONE: i64 = 3;
 }
 
-/// In the reply of [`Mode::Single`] and [`Mode::Tolerant`], marks a TAT with a fraction of a
+/// In the reply of [`Mode::Tolerant`], marks a TAT with a fraction of a
 /// microsecond: its whole microseconds and the fraction follow.
 const FRACTION: i64 = -4;
 /// Numbers per request in the reply of [`Mode::All`] (after the leading `committed`).
@@ -260,7 +256,7 @@ fn unsigned(v: i64, reply: &[i64]) -> Result<u64, CheckError> {
     u64::try_from(v).map_err(|_| malformed(reply))
 }
 
-/// The reply of [`Mode::Single`] or [`Mode::Tolerant`] to `requests`: one outcome per request,
+/// The reply of [`Mode::Tolerant`] to `requests`: one outcome per request,
 /// or the call's error when the reply is not this script's.
 ///
 /// The reply is each rule's `now` (in the order [`command`] numbered them), then per request: its
@@ -330,14 +326,6 @@ fn failed(status: i64, request: &Request) -> Option<Outcome> {
         )))),
         status::ALONE => Some(Outcome::Alone),
         _ => None,
-    }
-}
-
-/// The reply of [`Mode::Single`] to one request: its decision.
-pub(crate) fn parse_single(reply: &[i64], request: &Request) -> Result<StoreDecision, CheckError> {
-    match parse_replies(reply, &[request])?.pop() {
-        Some(Outcome::Done(answer)) => answer,
-        _ => Err(malformed(reply)),
     }
 }
 
@@ -431,8 +419,16 @@ mod tests {
         Request::new(b"k".to_vec(), rule, cost, None, 0).unwrap()
     }
 
+    /// The reply to one request of a tolerant call, decided (undecided is an error here).
+    fn one(reply: &[i64], request: &Request) -> Result<StoreDecision, CheckError> {
+        match parse_replies(reply, &[request])?.pop() {
+            Some(Outcome::Done(answer)) => answer,
+            _ => Err(malformed(reply)),
+        }
+    }
+
     fn single(reply: &[i64], rule: &Gcra, cost: u32) -> Result<(Decision, u64), CheckError> {
-        parse_single(reply, &request(rule, cost)).map(|d| (d.decision, d.at.as_micros() as u64))
+        one(reply, &request(rule, cost)).map(|d| (d.decision, d.at.as_micros() as u64))
     }
 
     #[test]
@@ -461,7 +457,7 @@ mod tests {
         let g = micros(Quota::per_second(10).unwrap());
         let corrupt = Request::new(b"p:=k".to_vec(), &g, 1, None, 0).unwrap();
         assert_eq!(
-            parse_single(&[0, -1], &corrupt),
+            one(&[0, -1], &corrupt),
             Err(CheckError::Store(StoreError::CorruptState {
                 key: "p:=k".into()
             }))
@@ -483,8 +479,6 @@ mod tests {
             &[0, -4, 42, 0],
             &[0, -4, -1, 2],
             &[0, i64::MIN],
-            // Undecided is no answer to a single request.
-            &[0, -3],
         ] {
             assert!(
                 matches!(

@@ -6,17 +6,17 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use ::redis::{ErrorKind, RedisError, RedisResult, ServerErrorKind};
+use ::redis::{Cmd, ErrorKind, FromRedisValue, RedisError, RedisResult, ServerErrorKind, Value};
 
 use super::batch::{Answer, Caller};
 use super::connection::{Connection, Target, Timeouts, is_auth_error};
+use super::deadline::{while_answered, within};
 use super::error::ConnectError;
 use super::groups::Groups;
 use super::key::{DEFAULT_PREFIX, KeySpace};
 use super::lanes::Lanes;
-use super::script::{
-    Keys, Mode, Outcome, Request, command, parse_all, parse_replies, parse_single,
-};
+use super::lone;
+use super::script::{Keys, Mode, Outcome, Request, command, parse_all, parse_replies};
 use super::slot::slot;
 use crate::clock::Clock;
 use crate::gcra::remote::{
@@ -61,10 +61,6 @@ pub const DEFAULT_MAX_BATCH: usize = 32;
 /// Default extra key lifetime in explicit-time mode: 1 hour.
 pub const DEFAULT_EXPLICIT_TTL_SLACK: Duration = Duration::from_secs(3600);
 
-/// The epoch of the store's timestamps: unix time 1,700,000,000 s (2023-11-14T22:13:20Z).
-/// Microseconds since then stay below 2^53 (exact in Lua) for about 280 years.
-pub const FLOWGUARD_EPOCH_UNIX_SECS: u64 = 1_700_000_000;
-
 /// Timestamps above this (µs) could lose precision in Lua once a window is added.
 const MAX_EXPLICIT_NOW_US: u64 = 1 << 52;
 
@@ -86,7 +82,8 @@ enum TimeMode {
 /// * Time comes from the Redis server's `TIME` by default, so every instance decides against one
 ///   clock whatever its own clock's skew. [`explicit_time`](RedisStoreBuilder::explicit_time) passes
 ///   the caller's clock instead, for deterministic tests and simulations.
-/// * Every call is bounded by [`timeout`](RedisStoreBuilder::timeout) ([`DEFAULT_TIMEOUT`]), and
+/// * Every call is bounded by [`timeout`](RedisStoreBuilder::timeout) ([`DEFAULT_TIMEOUT`]; a
+///   check queued behind other calls, from the server's last answer to them), and
 ///   so is every step inside the Redis client; a connection that keeps failing while Redis
 ///   answers is rebuilt (see [the module docs](super#redis-cluster-failover-and-isolation)).
 ///
@@ -129,6 +126,9 @@ struct Inner {
     max_batch: usize,
     /// Script calls sent (`EVALSHA` and `EVAL`).
     calls: AtomicU64,
+    /// Calls the server answered (if only with an error), for the timeout of calls that wait
+    /// behind others on the connection (see [`RedisStoreBuilder::timeout`]).
+    answers: AtomicU64,
     /// The key spaces (prefix, hash tags) limiters hold on this connection, with the rule they
     /// decide by and a token their limiters keep alive.
     claims: parking_lot::Mutex<HashMap<(Vec<u8>, bool), Claimed>>,
@@ -209,16 +209,27 @@ impl RedisStoreBuilder {
     /// A queue that fills a call does not wait: it is sent at once beside the call in flight, so
     /// up to two calls are in flight per connection (master), and Redis runs one while the
     /// client builds or reads the other; they are sent, and run, in queue order. Coalesced
-    /// decisions then flow at most `2 × max_batch` per round trip. A
-    /// [two-tier](crate::gcra::two_tier) limiter whose refills come faster than that (many keys,
-    /// a client thread busy with local decisions, so long round trips) queues them past the
-    /// timeout; give it a larger bound.
+    /// decisions then flow at most `2 × max_batch` per round trip. A decision queued behind
+    /// calls the server answers in time waits for its turn however long the queue (a
+    /// [two-tier](crate::gcra::two_tier) limiter's refills on a client thread busy with local
+    /// decisions), see [`timeout`](Self::timeout); a larger bound drains it in fewer calls.
     pub fn max_batch(mut self, max_batch: usize) -> Self {
         self.max_batch = max_batch;
         self
     }
 
-    /// The most one check may take, including a `NOSCRIPT` retry (default [`DEFAULT_TIMEOUT`]).
+    /// The most one check may wait for the server, including a `NOSCRIPT` retry (default
+    /// [`DEFAULT_TIMEOUT`]): what the client's own backlog costs is not the server's failure.
+    ///
+    /// * A check gives up when this long passes without the server answering any call it
+    ///   waits behind: the calls queued before it on its connection (master), see
+    ///   [`max_batch`](Self::max_batch), or without coalescing the store's calls in flight. Each
+    ///   answer starts the timeout again. So it waits its turn while the server answers in
+    ///   time, however many calls a busy client has to send and read before its own, and gives
+    ///   up within one timeout when the server stops answering.
+    /// * When the timer fires, the check looks once more, after one turn of the client's
+    ///   scheduler, for a reply that arrived in time but was not read yet; that turn is the only
+    ///   wait it adds.
     ///
     /// The Redis client is configured with it too: it bounds every reply the client waits for
     /// (including its own slot-map and health queries) and every request with its redirects and
@@ -352,6 +363,7 @@ impl RedisStoreBuilder {
                 lanes,
                 max_batch: self.max_batch,
                 calls: AtomicU64::new(0),
+                answers: AtomicU64::new(0),
                 claims: parking_lot::Mutex::default(),
             }),
             keys: Arc::new(keys),
@@ -364,6 +376,7 @@ impl RedisStore {
     /// within the connect timeout; see `Connection::load_scripts`).
     async fn load_scripts(&self) -> bool {
         let sources = [
+            super::lone::SOURCE,
             super::script::SOURCE,
             super::script::CROSS_SLOT_SOURCE.as_str(),
         ];
@@ -425,7 +438,8 @@ impl RedisStore {
     }
 
     /// Decides `cost` tokens for the store key `key`: in its lane's next call (or alone), bounded
-    /// by the timeout from now on, waiting in the lane included.
+    /// by the timeout: alone, from now on; in a lane, from now or from the server's last answer to
+    /// one of the lane's calls, whichever is later (see [`while_answered`]).
     async fn call(&self, key: &[u8], rule: &Gcra, cost: u32) -> Answer {
         let inner = &*self.inner;
         let (now_us, extra_ttl_ms) = self.clock()?;
@@ -437,13 +451,21 @@ impl RedisStore {
                 None
             };
             match inner.lanes.lane(key, map.as_deref()) {
-                Some(lane) => lane.decide(self, request).await,
-                None => self.alone(&request).await,
+                // Queued behind the lane's calls: late only when the server answers none of
+                // them for a whole timeout, not when a busy client sends them late.
+                Some(lane) => {
+                    let answered = || lane.answered();
+                    while_answered(inner.timeout, answered, lane.decide(self, request)).await
+                }
+                // A call of its own, on a connection other calls may be waiting on too: late
+                // only when the server answers none of them for a whole timeout.
+                None => {
+                    let answered = || inner.answers.load(Ordering::Acquire);
+                    while_answered(inner.timeout, answered, self.alone(&request)).await
+                }
             }
         };
-        tokio::time::timeout(inner.timeout, deciding)
-            .await
-            .unwrap_or_else(|_| Err(self.timed_out()))
+        deciding.await.unwrap_or_else(|| Err(self.timed_out()))
     }
 
     fn timed_out(&self) -> CheckError {
@@ -453,20 +475,35 @@ impl RedisStore {
         StoreError::Unavailable(why).into()
     }
 
-    /// One script call (and `EVAL` on `NOSCRIPT`), counted. Undeclared keys go to the master of
-    /// the first one's slot.
+    /// One call of the general script (and `EVAL` on `NOSCRIPT`), counted. Undeclared keys go to
+    /// the master of the first one's slot.
     async fn send(&self, requests: &[&Request], mode: Mode, keys: Keys) -> RedisResult<Vec<i64>> {
+        let at = match keys {
+            Keys::Declared => None,
+            Keys::Undeclared => Some(slot(&requests[0].key)),
+        };
+        self.script_call(
+            |by_source| command(requests.iter().copied(), mode, keys, by_source),
+            at,
+        )
+        .await
+    }
+
+    /// One script call as `build` makes it (by digest, or by source once a server answered
+    /// `NOSCRIPT`), counted; to the master serving `at` when given, else routed by its keys.
+    async fn script_call<T: FromRedisValue>(
+        &self,
+        build: impl Fn(bool) -> Cmd,
+        at: Option<u16>,
+    ) -> RedisResult<T> {
         let inner = &*self.inner;
         let query = |by_source| {
-            let cmd = command(requests.iter().copied(), mode, keys, by_source);
+            let cmd = build(by_source);
             inner.calls.fetch_add(1, Ordering::Relaxed);
             async move {
-                match keys {
-                    Keys::Declared => inner.conn.query::<Vec<i64>>(&cmd).await,
-                    Keys::Undeclared => {
-                        let at = slot(&requests[0].key);
-                        inner.conn.query_at::<Vec<i64>>(&cmd, at).await
-                    }
+                match at {
+                    None => inner.conn.query::<T>(&cmd).await,
+                    Some(at) => inner.conn.query_at::<T>(&cmd, at).await,
                 }
             }
         };
@@ -499,9 +536,10 @@ impl RedisStore {
         self.inner.max_batch
     }
 
-    /// The server answered: a cluster store without a slot map reads one now.
+    /// The server answered: counted, and a cluster store without a slot map reads one now.
     fn answered(&self) {
         let inner = &*self.inner;
+        inner.answers.fetch_add(1, Ordering::AcqRel);
         if inner.conn.needs_map() {
             inner.conn.read_map_soon(&inner.groups);
         }
@@ -530,13 +568,16 @@ impl RedisStore {
 
 /// The store seen from its [lanes](super::lanes): single calls and coalesced ones.
 impl Caller for RedisStore {
-    /// A call of its own: the script in single mode, the key declared (routed, and redirected by
-    /// a cluster). Bounded by the caller's timeout.
+    /// A call of its own: the [lone](super::lone) script, the key declared (routed, and
+    /// redirected by a cluster). Bounded by the caller's timeout.
     async fn alone(&self, request: &Request) -> Answer {
-        match self.send(&[request], Mode::Single, Keys::Declared).await {
+        let reply = self
+            .script_call::<Value>(|by_source| lone::command(request, by_source), None)
+            .await;
+        match reply {
             Ok(reply) => {
                 self.answered();
-                parse_single(&reply, request)
+                lone::parse(&reply, request)
             }
             Err(e) => Err(self.failure(&e, &request.key)),
         }
@@ -555,10 +596,9 @@ impl Caller for RedisStore {
             Keys::Declared
         };
         let refs: Vec<&Request> = requests.iter().collect();
-        let sent =
-            tokio::time::timeout(inner.timeout, self.send(&refs, Mode::Tolerant, keys)).await;
-        let outcomes = match sent {
-            Err(_) => return requests.iter().map(|_| Err(self.timed_out())).collect(),
+        let sent = within(inner.timeout, self.send(&refs, Mode::Tolerant, keys)).await;
+        let outcomes = match sent.ok_or(()) {
+            Err(()) => return requests.iter().map(|_| Err(self.timed_out())).collect(),
             Ok(Ok(reply)) => {
                 self.answered();
                 match parse_replies(&reply, &refs) {
@@ -596,9 +636,9 @@ impl Caller for RedisStore {
                 Outcome::Done(answer) => answer,
                 Outcome::Alone => {
                     moved = true;
-                    tokio::time::timeout(inner.timeout, self.alone(request))
+                    within(inner.timeout, self.alone(request))
                         .await
-                        .unwrap_or_else(|_| Err(self.timed_out()))
+                        .unwrap_or_else(|| Err(self.timed_out()))
                 }
             });
         }
@@ -695,9 +735,11 @@ impl RemoteStore for RedisStore {
             .map_err(CheckError::from)?;
         let refs: Vec<&Request> = requests.iter().collect();
         let inner = &*self.inner;
-        match tokio::time::timeout(inner.timeout, self.send(&refs, Mode::All, Keys::Declared)).await
+        match within(inner.timeout, self.send(&refs, Mode::All, Keys::Declared))
+            .await
+            .ok_or(())
         {
-            Err(_) => Err(self.timed_out().into()),
+            Err(()) => Err(self.timed_out().into()),
             Ok(Err(e)) => Err(self.failure(&e, &requests[0].key).into()),
             Ok(Ok(reply)) => {
                 self.answered();

@@ -4,7 +4,7 @@
 use super::limiter::RemoteRateLimiter;
 use super::store::{DecideAllError, RemoteStore, StoreItem};
 use crate::gcra::Decision;
-use crate::gcra::check::{CheckError, StoreError, Unavailable};
+use crate::gcra::check::{CheckError, StoreError, Unavailable, unspent};
 
 use super::circuit::Gate;
 
@@ -31,10 +31,12 @@ impl<S> Copy for QuotaCheck<'_, S> {}
 impl<S: RemoteStore> RemoteRateLimiter<S> {
     /// Decides several quotas of one request all or nothing: the request is allowed only if every
     /// check fits (checks naming the same limiter and key must fit the sum of their costs), and
-    /// then every check is spent; otherwise nothing is spent. One decision per check, in order:
-    /// when all fit, each is the spend's; otherwise each describes its quota as it is, unspent (a
-    /// check that fits is allowed with its current `remaining`, one that does not is denied with
-    /// the time until it would fit). The request is allowed iff every decision is.
+    /// then every check is spent; otherwise nothing is spent. One decision per check, in order,
+    /// as [`LimitSet`](crate::gcra::LimitSet) defines them: when all fit, each is the spend's;
+    /// otherwise each describes its quota as it is, unspent (a check that fits together with the
+    /// earlier checks on its limiter and key is allowed with its current `remaining`, one that
+    /// does not is denied with the time until they would fit together). The request is allowed
+    /// iff every decision is.
     ///
     /// **Atomic** in one round trip when the limiters' stores are one store
     /// ([`RemoteStore::same_store`]: for Redis, clones and
@@ -154,13 +156,14 @@ impl<S: RemoteStore> RemoteRateLimiter<S> {
     }
 }
 
-/// The total cost of the checks naming the same limiter and key as `checks[i]`.
-fn total<S>(checks: &[QuotaCheck<'_, S>], i: usize) -> u32 {
+/// The tokens `checks[i]` needs to fit: its cost and the costs of the earlier checks naming the
+/// same limiter and key (see [`LimitSet`](crate::gcra::LimitSet)).
+fn needed<S>(checks: &[QuotaCheck<'_, S>], i: usize) -> u32 {
     let c = &checks[i];
-    checks
+    checks[..i]
         .iter()
         .filter(|o| o.limiter.same_limiter(c.limiter) && o.key == c.key)
-        .fold(0u32, |sum, o| sum.saturating_add(o.cost))
+        .fold(c.cost, |sum, o| sum.saturating_add(o.cost))
 }
 
 /// Every check answered by its limiter's failure policy, all or nothing.
@@ -168,7 +171,7 @@ fn degrade_all<S: RemoteStore>(checks: &[QuotaCheck<'_, S>], why: Unavailable) -
     let peeks: Vec<Decision> = checks
         .iter()
         .enumerate()
-        .map(|(i, c)| c.limiter.degraded_peek(c.key, total(checks, i)))
+        .map(|(i, c)| c.limiter.degraded_peek(c.key, needed(checks, i)))
         .collect();
     if peeks.iter().all(|d| d.allowed) {
         checks
@@ -196,27 +199,7 @@ async fn peek_then_spend<S: RemoteStore>(
         .enumerate()
         .map(|(i, peek)| {
             let c = &checks[i];
-            let cost = total(checks, i);
-            if peek.allowed && cost <= peek.remaining {
-                return *peek;
-            }
-            // A peek denied by a failure policy keeps its answer.
-            if !peek.allowed {
-                return *peek;
-            }
-            // Tokens come back one per T: `cost` fit once the key is back to `B - cost` spent;
-            // more than the burst never fits.
-            let burst = c.limiter.rule().burst();
-            let interval = c.limiter.quota().emission_interval();
-            let retry = (cost <= burst).then(|| {
-                let window = interval.saturating_mul(burst);
-                (peek.reset_after + interval.saturating_mul(cost)).saturating_sub(window)
-            });
-            let denied = Decision::new(false, peek.limit, peek.remaining, retry, peek.reset_after);
-            match peek.degraded {
-                Some(how) => denied.degraded(how),
-                None => denied,
-            }
+            unspent(*peek, *c.limiter.quota(), u64::from(needed(checks, i)))
         })
         .collect();
     if !answers.iter().all(|d| d.allowed) {

@@ -285,7 +285,11 @@ impl<S: KeyedLimit, C: Clock> Shared<S, C> {
         {
             let mut reservoir = slot.reservoir.lock();
             match &answer {
-                Ok(decision) => reservoir.reserved(&self.cfg, now, decision),
+                Ok(decision) => {
+                    if !reservoir.reserved(&self.cfg, now, decision) {
+                        metrics::counter!("flowguard_two_tier_late_refills_total").increment(1);
+                    }
+                }
                 Err(_) => reservoir.failed(),
             }
         }

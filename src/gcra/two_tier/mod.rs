@@ -38,6 +38,12 @@
 //! * When the shared store fails, the shared limiter's failure policy answers the reservation
 //!   (for the [remote](crate::gcra::remote) limiter: fail open, fail
 //!   closed, local fallback); tokens already on hand keep being served.
+//! * A background refill answered by the failure policy while tokens are still on hand (the
+//!   store did not answer in time: it is down, or the client was too busy to read its reply) is
+//!   set aside and counted in `flowguard_two_tier_late_refills_total`: the tokens on hand keep
+//!   being served as the store granted them, not degraded, and the next take below the
+//!   threshold asks again. Only a reservoir that runs dry, whose caller reserves inline and
+//!   waits, takes the failure policy's answer; those decisions are the degraded ones.
 //! * Reservoirs are kept in a bounded table like the in-memory limiter's; idle ones are reclaimed.
 //!
 //! What a [`Decision`](crate::gcra::Decision) means here: `allowed`, `retry_after` and `limit`

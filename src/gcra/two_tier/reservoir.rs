@@ -115,9 +115,20 @@ impl Reservoir {
         Take::Reserve
     }
 
-    /// Applies the store's answer to a reservation of `cfg.batch()` tokens, received at `now`.
-    pub(crate) fn reserved(&mut self, cfg: &Config, now: u64, answer: &Decision) {
+    /// Applies the store's answer to a reservation of `cfg.batch()` tokens, received at `now`;
+    /// returns whether it was applied.
+    ///
+    /// An answer of the store's failure policy (`answer.degraded`: the store did not answer in
+    /// time, or is skipped after a failure) is not applied while fresh tokens are on hand: those
+    /// were granted by the store and keep being served as such, and the next take below the
+    /// threshold asks again, as after a failed reservation. So a refill that comes back late
+    /// (a busy client reading a healthy store's reply after the timeout) turns no decision into a
+    /// failure policy's; only a reservoir that runs dry takes the policy's answer.
+    pub(crate) fn reserved(&mut self, cfg: &Config, now: u64, answer: &Decision) -> bool {
         self.refilling = false;
+        if answer.degraded.is_some() && self.fresh_tokens(now) > 0 {
+            return false;
+        }
         self.degraded = answer.degraded;
         self.reset_at = now.saturating_add(duration_nanos(answer.reset_after));
         if answer.allowed {
@@ -145,6 +156,7 @@ impl Reservoir {
                 .map_or(duration_nanos(cfg.interval()), duration_nanos);
             self.denied_until = now.saturating_add(wait.max(1));
         }
+        true
     }
 
     /// The reservation failed (an error, not a denial): local tokens stay, the next take may retry.
@@ -274,6 +286,35 @@ mod tests {
         assert_eq!(r.fresh_tokens(50 * MS), 11);
         assert_eq!(r.fresh_tokens(100 * MS), 10);
         assert_eq!(r.fresh_tokens(150 * MS), 0);
+    }
+
+    #[test]
+    fn a_late_refill_leaves_the_tokens_on_hand_undegraded() {
+        let (cfg, mut r) = (cfg(), Reservoir::default());
+        r.take(&cfg, 0, 1);
+        r.reserved(&cfg, 0, &grant());
+        for _ in 0..9 {
+            r.take(&cfg, 0, 1); // the 9th starts a refill
+        }
+        // The refill timed out: the failure policy allowed it (fail open), or denied it.
+        for late in [
+            grant().degraded(Degradation::FailOpen),
+            deny(30).degraded(Degradation::FailClosed),
+        ] {
+            assert!(!r.reserved(&cfg, MS, &late), "set aside");
+        }
+        let Take::Granted { decision, refill } = r.take(&cfg, MS, 1) else {
+            panic!("the last token is still served")
+        };
+        assert_eq!(decision.degraded, None, "as the store granted it");
+        assert!(refill, "and the refill is tried again");
+        // Dry: the failure policy's answer is all there is, and it is taken.
+        let late = grant().degraded(Degradation::FailOpen);
+        assert!(r.reserved(&cfg, MS, &late));
+        let Take::Granted { decision, .. } = r.take(&cfg, MS, 1) else {
+            panic!("fail open")
+        };
+        assert_eq!(decision.degraded, Some(Degradation::FailOpen));
     }
 
     #[test]
