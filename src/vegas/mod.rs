@@ -75,7 +75,7 @@ pub use algorithms::{
     Outcome, Sample, Vegas, VegasBuilder,
 };
 pub use classify::{HttpClassifier, OutcomeClassifier};
-pub use error::{AcquireError, ConfigError, Shed};
+pub use error::{AcquireError, ConfigError, MaybeShed, Shed};
 pub use limiter::{
     DEFAULT_ACQUIRE_TIMEOUT, DEFAULT_PARTITION, Limiter, LimiterBuilder, LimiterSnapshot,
     OwnedPermit, PartitionId, Permit, QueueOrder,
