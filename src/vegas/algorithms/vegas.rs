@@ -240,7 +240,8 @@ impl VegasBuilder {
     /// (default off): one shared queue signal, additive increase with multiplicative decrease,
     /// a baseline that expires after [`base_horizon`](Self::base_horizon), and drains every
     /// [`drain_interval`](Self::drain_interval); see [`Vegas`], section "In a fleet". Turning
-    /// it on also sets `probe_ratio` to 0.5 and `probe_samples` to 8 (set them after this call
+    /// it on also sets `max_queue_share` to 0.1 (grow while under 5 % of the RTT is queueing,
+    /// cut above 10 %), `probe_ratio` to 0.5 and `probe_samples` to 8 (set them after this call
     /// to choose others).
     ///
     /// ```
@@ -254,6 +255,7 @@ impl VegasBuilder {
     pub fn fleet(mut self, on: bool) -> Self {
         self.settings.fleet = on;
         if on {
+            self.settings.max_queue_share = 0.1;
             self.settings.probe_ratio = 0.5;
             self.settings.probe_samples = 8;
         }
@@ -349,9 +351,9 @@ enum Phase {
 /// N flows queue N times that. And an additive-increase, additive-decrease rule keeps whatever
 /// split it starts from. Four choices answer this:
 ///
-/// - **One shared signal.** For limits up to `alpha / (max_queue_share / 2)` (30 by default), the
-///   band is a share of the RTT: grow while `1 - rtt_base / rtt` is under `max_queue_share / 2`,
-///   cut above `max_queue_share`. Instances in front of one dependency see the same RTT, so they
+/// - **One shared signal.** For limits up to `alpha / (max_queue_share / 2)` (60 in fleet mode),
+///   the band is a share of the RTT: grow while `1 - rtt_base / rtt` is under
+///   `max_queue_share / 2` (5 %), cut above `max_queue_share` (10 %). Instances in front of one dependency see the same RTT, so they
 ///   read the same signal and act together, and the queue it allows is a share of the RTT,
 ///   not N times a per-instance count. There is no band floor of one call: a limit is a fraction
 ///   (permits are its floor), so four instances can settle near one permit each in front of four
