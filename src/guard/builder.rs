@@ -148,7 +148,10 @@ impl GuardBuilder {
     /// The concurrency limiter outbound calls take their permits from (default: [`Vegas`] with
     /// its defaults): built with [`Limiter::builder`] from any
     /// [`LimitAlgorithm`](crate::vegas::LimitAlgorithm), and shared with anything else holding
-    /// a clone of it.
+    /// a clone of it. When every instance of the service runs a guard in front of the same
+    /// dependency, give it a Vegas in [fleet mode](crate::vegas::VegasBuilder::fleet)
+    /// (`Vegas::builder().fleet(true)`), so the instances share the dependency fairly with a
+    /// short queue.
     pub fn concurrency(mut self, limiter: Limiter) -> Self {
         self.concurrency = Some(limiter);
         self

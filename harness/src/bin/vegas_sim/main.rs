@@ -558,11 +558,15 @@ fn main() -> Result<(), Box<dyn Error>> {
 /// A limit algorithm and the name its report goes by.
 type NamedAlgorithm = (String, Box<dyn LimitAlgorithm>);
 
-/// The limiters compared in the step scenarios: every algorithm with its defaults, and fixed
-/// limits of 4 and 16.
+/// The limiters compared in the step scenarios: every algorithm with its defaults, Vegas in
+/// fleet mode, and fixed limits of 4 and 16.
 fn step_limiters() -> Result<Vec<NamedAlgorithm>, Box<dyn Error>> {
     Ok(vec![
         ("vegas".into(), Box::new(Vegas::new())),
+        (
+            "vegas fleet".into(),
+            Box::new(Vegas::builder().fleet(true).build()?),
+        ),
         ("aimd".into(), Box::new(Aimd::new())),
         ("gradient".into(), Box::new(Gradient::new())),
         ("fixed 4".into(), Box::new(Fixed::new(4)?)),
