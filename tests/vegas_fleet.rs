@@ -1,14 +1,18 @@
 //! Vegas in a fleet: four instances, each with a limiter of its own, share one backend of four
 //! workers. A deterministic simulation on a `ManualClock` (fixed seed, no wall clock): the
 //! instances must settle at fair shares with a short queue, and a late joiner must get its share
-//! within 3 simulated seconds.
+//! within 3 simulated seconds. Alone, fleet mode keeps what holds for one instance: one lucky
+//! sample or a burst of fast failures does not collapse the limit, and it grows only when used.
+
+mod vegas_support;
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
 use std::time::Duration;
 
 use flowguard::clock::ManualClock;
-use flowguard::vegas::{Limiter, OwnedPermit, Vegas};
+use flowguard::vegas::{LimitAlgorithm, LimitBounds, Limiter, Outcome, OwnedPermit, Vegas};
+use vegas_support::{Dependency, sample};
 
 const INSTANCES: usize = 4;
 const WORKERS: usize = 4;
@@ -221,4 +225,54 @@ fn fleet_mode_is_a_setting_and_rejects_a_zero_horizon_or_interval() {
             .build()
             .is_err()
     );
+}
+
+/// 8 slots of 10 ms, as one instance alone sees them.
+const ALONE: Dependency = Dependency {
+    slots: 8,
+    service_micros: 10_000,
+};
+
+/// Fleet mode settled alone in front of [`ALONE`], starting below the slots.
+fn settled_alone() -> (Vegas, usize) {
+    let mut vegas = Vegas::builder()
+        .bounds(LimitBounds::new(1, 500, 4).unwrap())
+        .fleet(true)
+        .build()
+        .unwrap();
+    let limit = ALONE.drive(&mut vegas, 1_000);
+    assert!((ALONE.slots..=ALONE.slots + 2).contains(&limit), "{limit}");
+    (vegas, limit)
+}
+
+#[test]
+fn alone_one_fast_sample_or_a_burst_of_fast_failures_does_not_collapse_the_limit() {
+    let (mut vegas, before) = settled_alone();
+    vegas.update(&sample(1, before, Outcome::Success));
+    let after = ALONE.drive(&mut vegas, 20);
+    assert!(after >= ALONE.slots, "one 1 us sample: {after}");
+    assert_eq!(vegas.rtt_base(), Some(Duration::from_millis(10)));
+
+    let (mut vegas, before) = settled_alone();
+    for _ in 0..before {
+        vegas.update(&sample(1, before, Outcome::Dropped));
+    }
+    assert_eq!(
+        vegas.limit(),
+        before / 2,
+        "one multiplicative cut per round"
+    );
+    assert_eq!(vegas.rtt_base(), Some(Duration::from_millis(10)));
+    let recovered = ALONE.drive(&mut vegas, 100);
+    assert!(recovered >= ALONE.slots, "back to {recovered}");
+}
+
+#[test]
+fn alone_the_limit_grows_only_while_half_of_it_is_used() {
+    let (mut vegas, before) = settled_alone();
+    // A caller that uses a quarter of the limit, with no queue at all.
+    for _ in 0..2_000 {
+        vegas.update(&sample(10_000, before / 4, Outcome::Success));
+    }
+    assert!(vegas.limit() <= before, "{} from {before}", vegas.limit());
 }
