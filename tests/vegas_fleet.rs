@@ -172,7 +172,7 @@ fn four_instances_settle_at_fair_shares_with_a_short_queue() {
     let index = jain(&fleet.judged);
     assert!(index >= 0.95, "Jain's index {index}: {:?}", fleet.judged);
     // Four workers: limits that add up to 4..8 keep them busy with at most as many queued
-    // (measured: 6.7; 23.7 without fleet mode).
+    // (measured: 6.4; 23.7 without fleet mode).
     assert!(
         (4.0..=8.0).contains(&fleet.limit_sum),
         "the limits add up to {} in front of {WORKERS} workers",

@@ -240,7 +240,9 @@ impl VegasBuilder {
     /// (default off): one shared queue signal, additive increase with multiplicative decrease,
     /// a baseline that expires after [`base_horizon`](Self::base_horizon), and drains every
     /// [`drain_interval`](Self::drain_interval); see [`Vegas`], section "In a fleet". Turning
-    /// it on also sets `max_queue_share` to 0.1 (grow while under 5 % of the RTT is queueing,
+    /// it on starts the limit at the bounds' minimum rather than their initial limit (slow start
+    /// takes it up: a newcomer must not add `initial` calls at once to a queue the others share),
+    /// and sets `max_queue_share` to 0.1 (grow while under 5 % of the RTT is queueing,
     /// cut above 10 %), `probe_ratio` to 0.5 and `probe_samples` to 8 (set them after this call
     /// to choose others).
     ///
@@ -442,11 +444,18 @@ impl Vegas {
 
     /// A Vegas algorithm with validated `config`.
     fn with(config: Settings) -> Self {
+        // In a fleet, a newcomer starts at the least limit and slow start takes it up: starting
+        // at `initial` would add that many calls at once to a queue the others share.
+        let start = if config.fleet {
+            config.bounds.min()
+        } else {
+            config.bounds.initial()
+        };
         Self {
-            estimate: config.bounds.initial() as f64,
-            current: config.bounds.initial(),
-            window_len: window_len(&config, config.bounds.initial(), false),
-            probe_after: probe_after(&config, config.bounds.initial()),
+            estimate: start as f64,
+            current: start,
+            window_len: window_len(&config, start, false),
+            probe_after: probe_after(&config, start),
             window: SampleWindow::with_capacity(config.baseline_window),
             baseline: Baseline::default(),
             phase: Phase::Tracking,
@@ -455,7 +464,7 @@ impl Vegas {
             samples_since_cut: 0,
             cut_cooldown: 0,
             congested_rounds: 0.0,
-            limit_before_congestion: config.bounds.initial() as f64,
+            limit_before_congestion: start as f64,
             cut_reference: None,
             slow_start: true,
             since_drain: 0.0,
