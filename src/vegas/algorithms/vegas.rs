@@ -264,19 +264,20 @@ impl VegasBuilder {
         self
     }
 
-    /// In fleet mode, how long a measured RTT can serve as the baseline (default 4 s): the baseline is the
-    /// lowest window low of the last horizon, so a baseline learned while a queue stood (an
-    /// instance that started beside busy peers) is forgotten within it, and instances sharing
-    /// a dependency agree on it. Time is what the windows spanned, computed from the samples.
+    /// In fleet mode, how long a measured RTT can serve as the baseline (default 4 s): the
+    /// baseline is the lowest window low of the last horizon, so a baseline learned while a
+    /// queue stood (an instance that started beside busy peers) is forgotten within it, and
+    /// instances sharing a dependency agree on it. Time is what the windows spanned, computed
+    /// from the samples. Zero is a [`ConfigError::ZeroDuration`].
     pub fn base_horizon(mut self, horizon: Duration) -> Self {
         self.settings.base_horizon = horizon;
         self
     }
 
-    /// In fleet mode, the time between drains (default 2 s): on the first RTT-based cut after it, the
-    /// limit drops to `probe_ratio` of itself for a short probe that measures the RTT at reduced
-    /// concurrency (see [`Vegas`]). A drain falls on the first RTT-based cut after half the
-    /// interval, and comes at the latest after the interval.
+    /// In fleet mode, the most time between drains (default 2 s). In a drain the limit drops
+    /// to `probe_ratio` of itself for a short probe that measures the RTT at reduced
+    /// concurrency (see [`Vegas`]); it falls on the first RTT-based cut after half the interval,
+    /// and comes at the latest after the interval. Zero is a [`ConfigError::ZeroDuration`].
     pub fn drain_interval(mut self, interval: Duration) -> Self {
         self.settings.drain_interval = interval;
         self
@@ -367,12 +368,13 @@ enum Phase {
 ///   `limit * (1 - queue_share) + alpha`, at most by `backoff_ratio`. Cutting every instance in
 ///   proportion empties the shared queue in one step.
 /// - **A baseline that expires.** `rtt_base` is the lowest window low of the last
-///   [`base_horizon`](VegasBuilder::base_horizon) (2 s), the windowed minimum of BBR: an
+///   [`base_horizon`](VegasBuilder::base_horizon) (4 s), the windowed minimum of BBR: an
 ///   instance that learned a queue as its baseline forgets it, and instances that share a
 ///   dependency agree on the baseline, whatever each saw before. Time is what the windows
 ///   spanned (rounds times their RTT): the algorithm reads no clock.
-/// - **Drains that line up without coordination.** Every [`drain_interval`](VegasBuilder::drain_interval)
-///   (2 s) at most, the first RTT-based cut becomes a probe at `probe_ratio` of the limit, which
+/// - **Drains that line up without coordination.** The first RTT-based cut once half a
+///   [`drain_interval`](VegasBuilder::drain_interval) (2 s) has passed becomes a drain, and one
+///   comes at the latest after the interval: a probe at `probe_ratio` (0.5) of the limit, which
 ///   may only lower the baseline (unless the RTT proves insensitive to concurrency, the stale
 ///   case). As in BBR's ProbeRTT, instances drain together, so each sees the true minimum: cuts
 ///   follow the shared signal, so the instances' drains fall on the same congestion event and
@@ -380,6 +382,12 @@ enum Phase {
 ///   RTT periodically at a small fixed concurrency, with jitter; jitter would spread the drains
 ///   apart, which a fleet whose queue is shared cannot afford. Netflix's Gradient2 follows a
 ///   long-term average RTT instead of a minimum, which creeps up with a standing queue.
+/// - **A newcomer starts small.** The limit starts at the bounds' minimum and slow start takes
+///   it up, rather than adding `initial` calls at once to a queue the others share.
+///
+/// The price, alone in front of a dependency: a drain halves the limit for a few rounds every
+/// 2 s, so the limit spends 4-6 % of the time below the dependency's concurrency (`vegas_sim
+/// --step`), where `Vegas::new()` spends under 1 %. That is why fleet mode is a setting.
 ///
 /// Measured in `vegas_sim --fleet` (4 workers at 10 ms, 3x overload, 2 to 8 instances, a late
 /// joiner and one leaving): see `docs/PERFORMANCE.md`.
