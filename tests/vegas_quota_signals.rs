@@ -145,9 +145,19 @@ async fn a_shed_call_is_told_from_a_failed_one_through_either_error_type() {
         let (client, url) = (client.clone(), format!("{base}/held"));
         async move { client.get(url).send().await }
     });
-    while guard.concurrency().in_flight() == 0 {
+    // The first request holds the only permit once its task has run (a bounded wait: the
+    // server holds the answer, so the permit stays taken).
+    for _ in 0..100_000 {
+        if guard.concurrency().in_flight() == 1 {
+            break;
+        }
         tokio::task::yield_now().await;
     }
+    assert_eq!(
+        guard.concurrency().in_flight(),
+        1,
+        "the first request holds the permit"
+    );
     // The reqwest middleware's error.
     let shed = client.get(format!("{base}/held")).send().await.unwrap_err();
     assert!(Shed::of(&shed).is_some(), "{shed:?}");
