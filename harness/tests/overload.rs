@@ -181,3 +181,48 @@ fn a_running_backend_serves_one_run_per_limiter() {
     }
     drop(backend);
 }
+
+#[test]
+fn a_short_fleet_run_reports_every_instance_and_the_fleet() {
+    let report = overload(&[
+        "--fleet",
+        "3",
+        "--seconds",
+        "6",
+        "--rate",
+        "150",
+        "--limiter",
+        "fixed1,flowguard-fleet",
+        "--workers",
+        "2",
+        "--service-ms",
+        "5",
+        "--step-at",
+        "none",
+    ]);
+    assert_eq!(report["fleet"]["instances"], 3);
+    let limiters = report["limiters"].as_array().expect("limiters");
+    let names: Vec<&str> = limiters
+        .iter()
+        .map(|l| l["limiter"].as_str().expect("name"))
+        .collect();
+    assert_eq!(names, ["fixed1", "flowguard-fleet"]);
+    for limiter in limiters {
+        let instances = limiter["instances"].as_array().expect("instances");
+        assert_eq!(instances.len(), 3, "{limiter}");
+        for instance in instances {
+            let ended = ["ok", "shed", "timeouts", "errors"]
+                .iter()
+                .map(|field| count(instance, field))
+                .sum::<u64>();
+            assert_eq!(ended, count(instance, "arrivals"), "{instance}");
+        }
+        // The late joiner (the last) arrives later than the others.
+        assert!(count(&instances[2], "arrivals") < count(&instances[1], "arrivals"));
+        assert_eq!(limiter["limit_sum_per_s"].as_array().unwrap().len(), 6);
+    }
+    // Fixed limits of 1: while all 3 are up (from 3 s to 4 s), the limits add up to 3.
+    let sum = limiters[0]["limit_sum_all_up"].as_f64();
+    assert_eq!(sum, Some(3.0));
+    assert!(report["machine"]["cores"].as_u64().is_some_and(|n| n >= 1));
+}

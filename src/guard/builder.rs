@@ -10,7 +10,7 @@ use super::store::{Kept, StoreSettings};
 use crate::backoff::RetryPolicy;
 use crate::gcra::observe::{Counters, SINGLE};
 use crate::gcra::{KeyedLimit, Quota};
-use crate::vegas::{DEFAULT_ACQUIRE_TIMEOUT, Limiter, Vegas};
+use crate::vegas::{DEFAULT_ACQUIRE_TIMEOUT, HttpClassifier, Limiter, Vegas};
 
 /// Configures a [`Guard`]; from [`Guard::builder`]. Every part is optional:
 ///
@@ -19,6 +19,7 @@ use crate::vegas::{DEFAULT_ACQUIRE_TIMEOUT, Limiter, Vegas};
 /// | inbound quota | none ([`Guard::admit`] answers [`NoRateLimit`](super::NoRateLimit)) | [`quota`](Self::quota), kept in memory, or in Redis with `redis` (feature `redis`); or a limiter of your own with [`rate_limit`](Self::rate_limit) |
 /// | outbound concurrency | a [`Vegas`] limiter with its defaults, named `"default"` | [`concurrency`](Self::concurrency): any [`LimitAlgorithm`](crate::vegas::LimitAlgorithm) |
 /// | wait for a permit | [`DEFAULT_ACQUIRE_TIMEOUT`] (50 ms), then the call is shed | [`acquire_timeout`](Self::acquire_timeout) |
+/// | outcome of an outbound HTTP call | [`HttpClassifier::new`] (a `429` is ignored, `503`, `504` and transport failures are drops) | [`outbound_classifier`](Self::outbound_classifier) |
 /// | retries | none: each call is made once | [`retry`](Self::retry) |
 /// | legacy `X-RateLimit-Reset` | not read by the retries | `legacy_reset` (feature `tower` or `reqwest`) |
 ///
@@ -62,6 +63,7 @@ pub struct GuardBuilder {
     store: StoreSettings,
     concurrency: Option<Limiter>,
     acquire_timeout: Option<Duration>,
+    outbound_classifier: Option<HttpClassifier>,
     retry: Option<RetryPolicy>,
     #[cfg(any(feature = "tower", feature = "reqwest"))]
     legacy_reset: Option<crate::backoff::LegacyReset>,
@@ -153,7 +155,10 @@ impl GuardBuilder {
     /// The concurrency limiter outbound calls take their permits from (default: [`Vegas`] with
     /// its defaults): built with [`Limiter::builder`] from any
     /// [`LimitAlgorithm`](crate::vegas::LimitAlgorithm), and shared with anything else holding
-    /// a clone of it.
+    /// a clone of it. When every instance of the service runs a guard in front of the same
+    /// dependency, give it a Vegas in [fleet mode](crate::vegas::VegasBuilder::fleet)
+    /// (`Vegas::builder().fleet(true)`), so the instances share the dependency fairly with a
+    /// short queue.
     pub fn concurrency(mut self, limiter: Limiter) -> Self {
         self.concurrency = Some(limiter);
         self
@@ -163,6 +168,35 @@ impl GuardBuilder {
     /// [`DEFAULT_ACQUIRE_TIMEOUT`], 50 ms; `Duration::ZERO`: not at all).
     pub fn acquire_timeout(mut self, timeout: Duration) -> Self {
         self.acquire_timeout = Some(timeout);
+        self
+    }
+
+    /// How the outcome of an outbound HTTP call feeds the concurrency limit, in the guard's
+    /// `outbound_layer` (feature `tower`) and `reqwest_client` (feature `reqwest`): default
+    /// [`HttpClassifier::new`], under which a `429` is ignored (a quota, not a concurrency
+    /// signal) and `503`, `504`, timeouts and connection failures are drops.
+    ///
+    /// ```
+    /// use flowguard::vegas::{HttpClassifier, Outcome};
+    /// use flowguard::Guard;
+    /// use http::StatusCode;
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// // This dependency answers 429 when it is too busy.
+    /// let guard = Guard::builder()
+    ///     .outbound_classifier(HttpClassifier::with_statuses(|status| match status {
+    ///         StatusCode::TOO_MANY_REQUESTS => Outcome::Dropped,
+    ///         other => HttpClassifier::status(other),
+    ///     }))
+    ///     .build()
+    ///     .await?;
+    /// # let _ = guard;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn outbound_classifier(mut self, classifier: HttpClassifier) -> Self {
+        self.outbound_classifier = Some(classifier);
         self
     }
 
@@ -228,15 +262,22 @@ impl GuardBuilder {
                 .map_err(BuildError::Concurrency)?,
         };
         let acquire_timeout = self.acquire_timeout.unwrap_or(DEFAULT_ACQUIRE_TIMEOUT);
+        #[cfg_attr(
+            not(any(feature = "tower", feature = "reqwest")),
+            allow(unused_variables)
+        )]
+        let classifier = self.outbound_classifier.unwrap_or_default();
         #[cfg(feature = "tower")]
         let outbound = crate::vegas::layer::AdaptiveConcurrencyLayer::builder(concurrency.clone())
             .max_wait(acquire_timeout)
+            .classifier(classifier)
             .build()
             .map_err(BuildError::Concurrency)?;
         #[cfg(feature = "reqwest")]
         let concurrency_middleware =
             crate::vegas::reqwest::AdaptiveConcurrencyMiddleware::builder(concurrency.clone())
                 .max_wait(acquire_timeout)
+                .classifier(classifier)
                 .build()
                 .map_err(BuildError::Concurrency)?;
         let (admission, kept) = match (self.quota, self.rate_limit) {

@@ -117,8 +117,9 @@ impl Guard {
     /// [`concurrency`](Self::concurrency) limiter, waiting up to the guard's
     /// [`acquire_timeout`](Self::acquire_timeout) for one before it is shed with
     /// [`Shed`](crate::vegas::Shed), and its outcome feeds the limit
-    /// ([`HttpClassifier`](crate::vegas::HttpClassifier): 429, 503, 504, timeouts and
-    /// connection errors are drops). Works over any service with `http` or `reqwest` responses
+    /// (the guard's [`outbound_classifier`](crate::GuardBuilder::outbound_classifier), by
+    /// default [`HttpClassifier`](crate::vegas::HttpClassifier): 503, 504, timeouts and
+    /// connection errors are drops, a 429 is ignored). Works over any service with `http` or `reqwest` responses
     /// (a `reqwest::Client` is one). See [`AdaptiveConcurrencyLayer`]. Feature `tower`.
     ///
     /// **Over a `reqwest::Client`, with retries, use

@@ -43,17 +43,28 @@ impl<R, E, F: Fn(&Result<R, E>) -> Outcome> OutcomeClassifier<R, E> for F {
     }
 }
 
-/// The default classifier for HTTP calls:
+/// The classifier for HTTP calls. By default ([`HttpClassifier::new`]):
 ///
 /// | result | outcome |
 /// |---|---|
-/// | `429 Too Many Requests`, `503 Service Unavailable`, `504 Gateway Timeout` | [`Dropped`](Outcome::Dropped) |
+/// | `503 Service Unavailable`, `504 Gateway Timeout` | [`Dropped`](Outcome::Dropped) |
+/// | `429 Too Many Requests` | [`Ignored`](Outcome::Ignored) |
 /// | any other response (`2xx`, `3xx`, `4xx`, other `5xx`) | [`Success`](Outcome::Success) |
 /// | an error that is a timeout or a connection failure (see [`is_transient`]) | [`Dropped`](Outcome::Dropped) |
 /// | any other error | [`Ignored`](Outcome::Ignored) |
 ///
 /// A `500` counts as a success: the dependency answered, at the speed it answers, so its
 /// round-trip time is a fair latency sample; only the statuses that say "too busy" cut the limit.
+///
+/// A `429` says "your quota is spent, come back later", not "you send too many calls at once":
+/// a rate limiter in front of the dependency answers it at once, whatever the concurrency, and
+/// its `Retry-After` is for the retry policy to honour. Counted as a drop, a burst of them would
+/// halve the limit round after round and shed calls that the quota would have let through once
+/// it refills; counted as a success, its fast answer would read as an idle dependency and grow
+/// the limit. So it is ignored: the permit is released without a sample. A `503` stays a drop,
+/// with or without `Retry-After`: it is what load shedders (Envoy's adaptive concurrency filter
+/// among them) answer when the dependency is overloaded, the signal this limit exists for. A
+/// dependency whose `429` does mean "too busy" says so with [`with_statuses`](Self::with_statuses).
 ///
 /// It classifies `http::Response<B>` with the errors a tower HTTP client usually has: `BoxError`
 /// (what `tower::timeout` and most stacks produce), [`io::Error`], [`Infallible`], and, with
@@ -68,24 +79,69 @@ impl<R, E, F: Fn(&Result<R, E>) -> Outcome> OutcomeClassifier<R, E> for F {
 /// use http::{Response, StatusCode};
 ///
 /// let busy: Result<Response<()>, BoxError> = Ok(Response::builder().status(503).body(())?);
-/// assert_eq!(HttpClassifier.classify(&busy), Outcome::Dropped);
+/// assert_eq!(HttpClassifier::new().classify(&busy), Outcome::Dropped);
+/// let quota: Result<Response<()>, BoxError> = Ok(Response::builder().status(429).body(())?);
+/// assert_eq!(HttpClassifier::new().classify(&quota), Outcome::Ignored);
 /// let refused: Result<Response<()>, std::io::Error> =
 ///     Err(std::io::ErrorKind::ConnectionRefused.into());
-/// assert_eq!(HttpClassifier.classify(&refused), Outcome::Dropped);
+/// assert_eq!(HttpClassifier::new().classify(&refused), Outcome::Dropped);
 /// assert_eq!(HttpClassifier::status(StatusCode::NOT_FOUND), Outcome::Success);
 /// # Ok::<(), http::Error>(())
 /// ```
-#[derive(Debug, Clone, Copy, Default)]
-pub struct HttpClassifier;
+#[derive(Debug, Clone, Copy)]
+pub struct HttpClassifier {
+    statuses: fn(StatusCode) -> Outcome,
+}
+
+impl Default for HttpClassifier {
+    /// [`HttpClassifier::new`].
+    fn default() -> Self {
+        Self::new()
+    }
+}
 
 impl HttpClassifier {
-    /// The outcome of a call answered with `status`: [`Outcome::Dropped`] for 429, 503 and 504,
-    /// [`Outcome::Success`] otherwise.
+    /// The default rules: statuses by [`HttpClassifier::status`], errors by
+    /// [`HttpClassifier::error`].
+    pub const fn new() -> Self {
+        Self {
+            statuses: Self::status,
+        }
+    }
+
+    /// Responses classified by `statuses` instead of [`HttpClassifier::status`]; errors as by
+    /// default. Give it to a guard with
+    /// [`GuardBuilder::outbound_classifier`](crate::GuardBuilder::outbound_classifier), or to a
+    /// layer or middleware builder's `classifier`.
+    ///
+    /// ```
+    /// use flowguard::vegas::{HttpClassifier, Outcome};
+    /// use http::StatusCode;
+    ///
+    /// // A dependency that answers 429 when it is too busy, not over a quota.
+    /// let classifier = HttpClassifier::with_statuses(|status| match status {
+    ///     StatusCode::TOO_MANY_REQUESTS => Outcome::Dropped,
+    ///     other => HttpClassifier::status(other),
+    /// });
+    /// assert_eq!(classifier.outcome(StatusCode::TOO_MANY_REQUESTS), Outcome::Dropped);
+    /// assert_eq!(classifier.outcome(StatusCode::OK), Outcome::Success);
+    /// ```
+    pub const fn with_statuses(statuses: fn(StatusCode) -> Outcome) -> Self {
+        Self { statuses }
+    }
+
+    /// The outcome this classifier gives a response with `status`.
+    pub fn outcome(&self, status: StatusCode) -> Outcome {
+        (self.statuses)(status)
+    }
+
+    /// The default outcome of a call answered with `status`: [`Outcome::Dropped`] for 503 and
+    /// 504, [`Outcome::Ignored`] for 429 (a quota, not a concurrency signal: see
+    /// [`HttpClassifier`]), [`Outcome::Success`] otherwise.
     pub fn status(status: StatusCode) -> Outcome {
         match status {
-            StatusCode::TOO_MANY_REQUESTS
-            | StatusCode::SERVICE_UNAVAILABLE
-            | StatusCode::GATEWAY_TIMEOUT => Outcome::Dropped,
+            StatusCode::SERVICE_UNAVAILABLE | StatusCode::GATEWAY_TIMEOUT => Outcome::Dropped,
+            StatusCode::TOO_MANY_REQUESTS => Outcome::Ignored,
             _ => Outcome::Success,
         }
     }
@@ -109,7 +165,7 @@ macro_rules! http_responses_with {
         impl<B> OutcomeClassifier<http::Response<B>, $error> for HttpClassifier {
             fn classify(&self, result: &Result<http::Response<B>, $error>) -> Outcome {
                 match result {
-                    Ok(response) => HttpClassifier::status(response.status()),
+                    Ok(response) => self.outcome(response.status()),
                     Err($e) => HttpClassifier::error($as_error),
                 }
             }
@@ -130,7 +186,7 @@ http_responses_with! {
 impl<B> OutcomeClassifier<http::Response<B>, Infallible> for HttpClassifier {
     fn classify(&self, result: &Result<http::Response<B>, Infallible>) -> Outcome {
         match result {
-            Ok(response) => HttpClassifier::status(response.status()),
+            Ok(response) => self.outcome(response.status()),
             Err(never) => match *never {},
         }
     }
@@ -140,7 +196,7 @@ impl<B> OutcomeClassifier<http::Response<B>, Infallible> for HttpClassifier {
 impl OutcomeClassifier<::reqwest::Response, ::reqwest::Error> for HttpClassifier {
     fn classify(&self, result: &Result<::reqwest::Response, ::reqwest::Error>) -> Outcome {
         match result {
-            Ok(response) => HttpClassifier::status(response.status()),
+            Ok(response) => self.outcome(response.status()),
             Err(error) => HttpClassifier::error(error),
         }
     }
@@ -150,7 +206,7 @@ impl OutcomeClassifier<::reqwest::Response, ::reqwest::Error> for HttpClassifier
 impl OutcomeClassifier<::reqwest::Response, reqwest_middleware::Error> for HttpClassifier {
     fn classify(&self, result: &Result<::reqwest::Response, reqwest_middleware::Error>) -> Outcome {
         match result {
-            Ok(response) => HttpClassifier::status(response.status()),
+            Ok(response) => self.outcome(response.status()),
             Err(reqwest_middleware::Error::Reqwest(error)) => HttpClassifier::error(error),
             Err(reqwest_middleware::Error::Middleware(error)) => {
                 let error: &(dyn Error + 'static) = error.as_ref();

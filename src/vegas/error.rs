@@ -175,7 +175,7 @@ impl std::error::Error for AcquireError {}
 /// An outbound call refused by its concurrency limit: no permit was free (at once, or within the
 /// middleware's wait bound), so the call was **not sent**. Returned by the tower layer in
 /// `vegas::layer` (as a `BoxError`) and the reqwest middleware in `vegas::reqwest` (as a
-/// middleware error); find it with `downcast_ref`.
+/// middleware error); tell it from a failed call with [`Shed::of`], whichever error carries it.
 ///
 /// A shed call is not retried by flowguard's retry policies (its error is not transient):
 /// retrying would add to the load the limit is shedding. Answer it at once (e.g. `503`), serve a
@@ -195,6 +195,24 @@ pub struct Shed {
 }
 
 impl Shed {
+    /// The `Shed` in `error` (the error itself or one of its sources), if the call was shed
+    /// rather than sent: `None` for a call that failed. Reads a `BoxError` (the tower layer's),
+    /// a `reqwest_middleware::Error` (the reqwest middleware's, feature `reqwest`) and any
+    /// `dyn Error`, so no downcast through `reqwest_middleware::Error::Middleware` is needed.
+    ///
+    /// ```
+    /// use flowguard::backoff::BoxError;
+    /// use flowguard::vegas::{AcquireError, Shed};
+    ///
+    /// let shed: BoxError = Box::new(Shed::from(AcquireError::Full { limit: 8, in_flight: 8 }));
+    /// assert!(Shed::of(&shed).is_some());
+    /// let failed: BoxError = Box::new(std::io::Error::from(std::io::ErrorKind::ConnectionRefused));
+    /// assert!(Shed::of(&failed).is_none());
+    /// ```
+    pub fn of<E: MaybeShed + ?Sized>(error: &E) -> Option<&Shed> {
+        error.shed()
+    }
+
     /// Why no permit was granted: the limit was full ([`AcquireError::Full`], when the
     /// middleware does not wait) or no permit became free within the wait bound
     /// ([`AcquireError::Timeout`]).
@@ -218,6 +236,66 @@ impl fmt::Display for Shed {
 impl std::error::Error for Shed {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         Some(&self.cause)
+    }
+}
+
+/// The `Shed` in `error` or one of its sources.
+fn find_shed<'e>(error: &'e (dyn std::error::Error + 'static)) -> Option<&'e Shed> {
+    let mut current = Some(error);
+    while let Some(error) = current {
+        if let Some(shed) = error.downcast_ref::<Shed>() {
+            return Some(shed);
+        }
+        current = error.source();
+    }
+    None
+}
+
+mod sealed {
+    pub trait Sealed {}
+}
+
+/// An error that may carry a [`Shed`]: what [`Shed::of`] reads. Implemented for `dyn Error`
+/// (with or without `Send + Sync`), `BoxError` and, with the feature `reqwest`,
+/// `reqwest_middleware::Error`.
+pub trait MaybeShed: sealed::Sealed {
+    /// The `Shed` this error carries, if any (see [`Shed::of`]).
+    fn shed(&self) -> Option<&Shed>;
+}
+
+impl sealed::Sealed for dyn std::error::Error + 'static {}
+impl MaybeShed for dyn std::error::Error + 'static {
+    fn shed(&self) -> Option<&Shed> {
+        find_shed(self)
+    }
+}
+
+impl sealed::Sealed for dyn std::error::Error + Send + Sync + 'static {}
+impl MaybeShed for dyn std::error::Error + Send + Sync + 'static {
+    fn shed(&self) -> Option<&Shed> {
+        find_shed(self)
+    }
+}
+
+impl sealed::Sealed for crate::backoff::BoxError {}
+impl MaybeShed for crate::backoff::BoxError {
+    fn shed(&self) -> Option<&Shed> {
+        find_shed(self.as_ref())
+    }
+}
+
+#[cfg(feature = "reqwest")]
+impl sealed::Sealed for reqwest_middleware::Error {}
+#[cfg(feature = "reqwest")]
+impl MaybeShed for reqwest_middleware::Error {
+    fn shed(&self) -> Option<&Shed> {
+        match self {
+            reqwest_middleware::Error::Middleware(error) => {
+                let error: &(dyn std::error::Error + 'static) = error.as_ref();
+                find_shed(error)
+            }
+            reqwest_middleware::Error::Reqwest(error) => find_shed(error),
+        }
     }
 }
 

@@ -4,8 +4,9 @@
 //! round-trip times, so a slowing dependency sheds load instead of building queues.
 //!
 //! - [`LimitAlgorithm`]: pure algorithms fed [`Sample`]s (RTT, in-flight at grant, [`Outcome`]):
-//!   [`Vegas`] (recommended), [`Aimd`], [`Gradient`], [`Fixed`]. Each is built with its builder
-//!   ([`Vegas::builder`]) or with defaults ([`Vegas::new`]).
+//!   [`Vegas`] (recommended; in [fleet mode](VegasBuilder::fleet) when every instance of a
+//!   service limits its calls to one shared dependency), [`Aimd`], [`Gradient`], [`Fixed`]. Each
+//!   is built with its builder ([`Vegas::builder`]) or with defaults ([`Vegas::new`]).
 //! - [`Limiter`]: `try_acquire` / `acquire(timeout)` (FIFO or LIFO), RAII [`Permit`]s that
 //!   borrow the limiter ([`OwnedPermit`]s from the `_owned` forms move into spawned tasks),
 //!   [partitions](LimiterBuilder::partition) with guaranteed shares, RTT [`LimiterSnapshot`]s
@@ -75,7 +76,7 @@ pub use algorithms::{
     Outcome, Sample, Vegas, VegasBuilder,
 };
 pub use classify::{HttpClassifier, OutcomeClassifier};
-pub use error::{AcquireError, ConfigError, Shed};
+pub use error::{AcquireError, ConfigError, MaybeShed, Shed};
 pub use limiter::{
     DEFAULT_ACQUIRE_TIMEOUT, DEFAULT_PARTITION, Limiter, LimiterBuilder, LimiterSnapshot,
     OwnedPermit, PartitionId, Permit, QueueOrder,

@@ -3,8 +3,8 @@
 //!
 //! Every request that reaches [`AdaptiveConcurrencyMiddleware`] holds a
 //! [`Permit`](crate::vegas::Permit) of its [`Limiter`] until the response head (or an error)
-//! comes back; how it ended, from an [`OutcomeClassifier`] (by default [`HttpClassifier`]: 429,
-//! 503, 504, timeouts and connection errors are drops), feeds the limit. When no permit is free
+//! comes back; how it ended, from an [`OutcomeClassifier`] (by default [`HttpClassifier`]: 503,
+//! 504, timeouts and connection errors are drops, a 429 is ignored), feeds the limit. When no permit is free
 //! within the wait bound the request is **not sent** and fails with a middleware error holding a
 //! [`Shed`] (`error.downcast_ref::<Shed>()` on the `anyhow` error).
 //!
@@ -70,7 +70,7 @@ impl AdaptiveConcurrencyMiddleware {
     pub fn new(limiter: Limiter) -> Self {
         Self {
             admission: Admission::new(limiter),
-            classifier: HttpClassifier,
+            classifier: HttpClassifier::new(),
         }
     }
 
@@ -79,7 +79,7 @@ impl AdaptiveConcurrencyMiddleware {
     pub fn builder(limiter: Limiter) -> AdaptiveConcurrencyMiddlewareBuilder {
         AdaptiveConcurrencyMiddlewareBuilder {
             admission: AdmissionBuilder::new(limiter),
-            classifier: HttpClassifier,
+            classifier: HttpClassifier::new(),
         }
     }
 }

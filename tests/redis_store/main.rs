@@ -22,6 +22,7 @@ mod hostile_state;
 mod key_space;
 mod rebuild;
 mod remote;
+mod repeated_keys;
 mod script_paths;
 mod spec;
 mod tls;

@@ -239,7 +239,7 @@ async fn the_http_classifier_drops_overload_and_transport_failures_and_ignores_o
         (Answer::Status(200), Outcome::Success),
         (Answer::Status(404), Outcome::Success),
         (Answer::Status(500), Outcome::Success),
-        (Answer::Status(429), Outcome::Dropped),
+        (Answer::Status(429), Outcome::Ignored),
         (Answer::Status(503), Outcome::Dropped),
         (Answer::Status(504), Outcome::Dropped),
         (Answer::Io(ConnectionRefused), Outcome::Dropped),

@@ -174,7 +174,7 @@ async fn the_http_classifier_drops_overload_and_transport_failures_and_ignores_o
         (Answer::Status(200, None), Outcome::Success),
         (Answer::Status(404, None), Outcome::Success),
         (Answer::Status(500, None), Outcome::Success),
-        (Answer::Status(429, None), Outcome::Dropped),
+        (Answer::Status(429, None), Outcome::Ignored),
         (Answer::Status(503, None), Outcome::Dropped),
         (Answer::Status(504, None), Outcome::Dropped),
         (Answer::Fails(TimedOut), Outcome::Dropped),

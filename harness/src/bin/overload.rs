@@ -4,7 +4,11 @@
 //!
 //! ```text
 //! cargo run --release -p flowguard-harness --bin overload -- --seconds 20 --limiter all [--json]
+//! cargo run --release -p flowguard-harness --bin overload -- --fleet 4 --seconds 30 --step-at none
 //! ```
+//!
+//! With `--fleet N`, N instances share the backend, each with its own limiter and HTTP client, in
+//! this one process (see `flowguard_harness::overload::fleet`).
 //!
 //! Without `--backend URL` it starts a fresh backend process per limiter (itself, as
 //! `overload backend --port 0 ...`, so client and server never share a runtime) with the backend
@@ -33,8 +37,9 @@ use flowguard_harness::overload::backend::{
     self, BACKEND_USAGE, BackendArgs, BackendConfig, BackendFlags,
 };
 use flowguard_harness::overload::client::{self, ClientConfig};
+use flowguard_harness::overload::fleet::{self, FleetConfig, FleetReport};
 use flowguard_harness::overload::gate::LimiterKind;
-use flowguard_harness::overload::machine;
+use flowguard_harness::overload::machine::{self, Machine};
 use flowguard_harness::overload::report::{self, Report, Targets};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
@@ -46,8 +51,8 @@ use tokio::process::{Child, Command};
 #[command(
     name = "overload",
     override_usage = format!(
-        "overload [--backend URL] [--limiter all|none,fixedN,flowguard,tower-acc] [--seconds S] \
-         [--overload X | --rate R] [--deadline-ms MS] [--wait-ms MS] [--seed N] [--json] \
+        "overload [--backend URL] [--limiter all|none,fixedN,flowguard,flowguard-fleet,tower-acc] [--seconds S] \
+         [--overload X | --rate R] [--deadline-ms MS] [--wait-ms MS] [--seed N] [--json] [--fleet N] \
          [--workers N] [--service-ms S] [--step-at SEC|none] [--step-to MS] [--workers-to M]\n       \
          overload backend {BACKEND_USAGE}"
     ),
@@ -91,6 +96,12 @@ struct Cli {
     /// One JSON object on the last line instead of tables
     #[arg(long)]
     json: bool,
+    /// Runs N instances (2 to 8) in this process, each with its own limiter and HTTP client,
+    /// sharing one backend: staggered starts, the last one joins at a third of the run, the first
+    /// leaves at two thirds (`--limiter all` then means fixed1, fixed4, flowguard,
+    /// flowguard-fleet, tower-acc)
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u8).range(2..=8))]
+    fleet: Option<u8>,
     #[command(flatten)]
     backend: BackendFlags,
 }
@@ -128,6 +139,7 @@ struct Args {
     limiters: Vec<LimiterKind>,
     client: ClientConfig,
     json: bool,
+    fleet: Option<FleetConfig>,
 }
 
 impl Cli {
@@ -135,7 +147,13 @@ impl Cli {
         Args {
             backend_url: self.backend_url,
             backend: self.backend.config(),
-            limiters: self.limiter.0,
+            fleet: self
+                .fleet
+                .map(|n| FleetConfig::standard(usize::from(n), self.seconds)),
+            limiters: match (self.fleet, self.limiter.0.as_slice()) {
+                (Some(_), all) if all == LimiterKind::ALL => LimiterKind::FLEET.to_vec(),
+                (_, limiters) => limiters.to_vec(),
+            },
             client: ClientConfig {
                 seconds: self.seconds,
                 overload: self.overload,
@@ -200,7 +218,57 @@ impl BackendProcess {
     }
 }
 
+/// The fleet run: every limiter in turn, in every instance, against a fresh backend (or the
+/// running one).
+async fn run_fleet(args: &Args, fleet: FleetConfig) -> Result<(), String> {
+    let load_before = machine::load_average();
+    let mut reports: Vec<FleetReport> = Vec::new();
+    for kind in &args.limiters {
+        let report = match &args.backend_url {
+            Some(url) => fleet::run(url, *kind, fleet, &args.client).await?,
+            None => {
+                let backend = BackendProcess::start(&args.backend).await?;
+                let report = fleet::run(&backend.url, *kind, fleet, &args.client).await;
+                backend.stop().await;
+                report?
+            }
+        };
+        if !args.json {
+            eprintln!(
+                "{}: jain {:?}, {} timeouts",
+                report.limiter,
+                report.jain,
+                report.timeouts()
+            );
+        }
+        reports.push(report);
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let machine = Machine::after(load_before);
+    if args.json {
+        let json = serde_json::json!({
+            "machine": machine.to_json(),
+            "fleet": {
+                "instances": fleet.instances,
+                "join_at_s": fleet.join_at.as_secs_f64(),
+                "leave_at_s": fleet.leave_at.as_secs_f64(),
+                "seconds": args.client.seconds,
+                "overload": args.client.overload,
+            },
+            "limiters": reports.iter().map(FleetReport::to_json).collect::<Vec<_>>(),
+        });
+        println!("{json}");
+    } else {
+        machine.print();
+        fleet::print(&fleet, &reports);
+    }
+    Ok(())
+}
+
 async fn run(args: Args) -> Result<(), String> {
+    if let Some(fleet) = args.fleet {
+        return run_fleet(&args, fleet).await;
+    }
     let load_before = machine::load_average();
     let mut reports = Vec::new();
     for kind in &args.limiters {
@@ -229,16 +297,10 @@ async fn run(args: Args) -> Result<(), String> {
         // Let the closed connections and the machine settle before the next limiter.
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
-    let load_after = machine::load_average();
-    let cpu = machine::cpu_model();
+    let machine = Machine::after(load_before);
     if args.json {
         let json = serde_json::json!({
-            "machine": {
-                "cpu": cpu,
-                "cores": machine::cores(),
-                "load_average_before": load_before,
-                "load_average_after": load_after,
-            },
+            "machine": machine.to_json(),
             "client": {
                 "seconds": args.client.seconds,
                 "overload": args.client.overload,
@@ -252,18 +314,7 @@ async fn run(args: Args) -> Result<(), String> {
         });
         println!("{json}");
     } else {
-        let load = |l: Option<[f64; 3]>| {
-            l.map_or("unknown".into(), |[a, b, c]| {
-                format!("{a:.2} {b:.2} {c:.2}")
-            })
-        };
-        println!(
-            "machine: {} ({} cores); load average before {}, after {}",
-            cpu.as_deref().unwrap_or("unknown CPU"),
-            machine::cores(),
-            load(load_before),
-            load(load_after)
-        );
+        machine.print();
         report::print(&reports);
     }
     Ok(())

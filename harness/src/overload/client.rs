@@ -164,15 +164,57 @@ pub async fn run(
     let sampling = Arc::new(AtomicBool::new(true));
     let sampler = tokio::spawn(sample(gate.clone(), start, sampling.clone()));
 
-    let mut rng = SmallRng::seed_from_u64(config.seed);
+    let offered = offer(gate.clone(), start, start, end, rate, config.seed, config).await;
+    sampling.store(false, Ordering::Relaxed);
+    let samples = sampler
+        .await
+        .map_err(|e| format!("the limit sampler failed: {e}"))?;
+    let backend_stats = backend_stats(&client, base).await?;
+    Ok(RunRecord {
+        limiter: kind.name(),
+        backend,
+        rate,
+        seconds: config.seconds,
+        arrivals: offered.arrivals,
+        records: offered.records,
+        samples,
+        backend_stats,
+        unfinished: offered.unfinished,
+    })
+}
+
+/// What [`offer`] recorded.
+#[derive(Debug, Clone, Default)]
+pub struct Offered {
+    /// Requests that arrived.
+    pub arrivals: u64,
+    /// Every request that ended, in no particular order.
+    pub records: Vec<Record>,
+    /// Requests whose task did not end within the deadline plus a grace period, or failed.
+    pub unfinished: u64,
+}
+
+/// Offers Poisson arrivals at `rate` per second through `gate` from `from` until `until`, each
+/// request waiting up to `config.wait` for a permit and given `config.deadline`; times are
+/// recorded from `start`. Answers once every request ended (or a grace period passed).
+pub async fn offer(
+    gate: Arc<Gate>,
+    start: Instant,
+    from: Instant,
+    until: Instant,
+    rate: f64,
+    seed: u64,
+    config: &ClientConfig,
+) -> Offered {
+    let mut rng = SmallRng::seed_from_u64(seed);
     let mut tasks = JoinSet::new();
-    let mut next = start;
+    let mut next = from;
     let mut arrivals = 0_u64;
-    while next < end {
+    while next < until {
         tokio::time::sleep_until(next).await;
         let now = Instant::now();
         // Every arrival due by now (the timer wakes at most once per millisecond).
-        while next <= now && next < end {
+        while next <= now && next < until {
             let gate = gate.clone();
             let (wait, deadline) = (config.wait, now + config.deadline);
             let arrival = now - start;
@@ -189,7 +231,6 @@ pub async fn run(
             next += Duration::from_secs_f64(gap);
         }
     }
-
     let mut records = Vec::with_capacity(tasks.len());
     let mut failed = 0_u64;
     let grace = config.deadline + config.wait + Duration::from_secs(5);
@@ -211,22 +252,11 @@ pub async fn run(
                 left
             }
         };
-    sampling.store(false, Ordering::Relaxed);
-    let samples = sampler
-        .await
-        .map_err(|e| format!("the limit sampler failed: {e}"))?;
-    let backend_stats = backend_stats(&client, base).await?;
-    Ok(RunRecord {
-        limiter: kind.name(),
-        backend,
-        rate,
-        seconds: config.seconds,
+    Offered {
         arrivals,
         records,
-        samples,
-        backend_stats,
         unfinished,
-    })
+    }
 }
 
 /// Samples `gate` every [`SAMPLE_EVERY`] while `sampling` holds.

@@ -26,3 +26,54 @@ pub fn load_average() -> Option<[f64; 3]> {
         fields.next()?.ok()?,
     ])
 }
+
+/// The machine a run was measured on, and how busy it was before and after.
+#[derive(Debug, Clone)]
+pub struct Machine {
+    /// The CPU model, if known.
+    pub cpu: Option<String>,
+    /// Cores this process may run on.
+    pub cores: usize,
+    /// Load averages when the run started.
+    pub load_before: Option<[f64; 3]>,
+    /// Load averages when it ended.
+    pub load_after: Option<[f64; 3]>,
+}
+
+impl Machine {
+    /// This machine, now that a run which started with `load_before` ended.
+    pub fn after(load_before: Option<[f64; 3]>) -> Self {
+        Self {
+            cpu: cpu_model(),
+            cores: cores(),
+            load_before,
+            load_after: load_average(),
+        }
+    }
+
+    /// As JSON: `cpu`, `cores`, `load_average_before`, `load_average_after`.
+    pub fn to_json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "cpu": self.cpu,
+            "cores": self.cores,
+            "load_average_before": self.load_before,
+            "load_average_after": self.load_after,
+        })
+    }
+
+    /// Prints one line: the CPU, the cores and the load averages.
+    pub fn print(&self) {
+        let load = |l: Option<[f64; 3]>| {
+            l.map_or("unknown".into(), |[a, b, c]| {
+                format!("{a:.2} {b:.2} {c:.2}")
+            })
+        };
+        println!(
+            "machine: {} ({} cores); load average before {}, after {}",
+            self.cpu.as_deref().unwrap_or("unknown CPU"),
+            self.cores,
+            load(self.load_before),
+            load(self.load_after)
+        );
+    }
+}

@@ -6,12 +6,14 @@
 //! - [`gate`]: the limiters compared (none, tower's fixed `ConcurrencyLimit`, flowguard's Vegas
 //!   `Limiter`, tower-acc) in front of one reqwest call;
 //! - [`client`]: Poisson arrivals, deadlines, and what happened to every request;
+//! - [`fleet`]: several instances, each with its own limiter and HTTP client, sharing the backend;
 //! - [`machine`]: the CPU and load average the figures were measured with;
 //! - [`report`]: goodput per second around the step, latency percentiles, the limit over time, the
 //!   targets, as a table or JSON.
 
 pub mod backend;
 pub mod client;
+pub mod fleet;
 pub mod gate;
 pub mod machine;
 pub mod report;

@@ -1,9 +1,13 @@
 //! The Vegas limit algorithm: keep a small, bounded queue at the dependency.
 
 use super::algorithm::{LimitAlgorithm, Outcome, Sample, duration_nanos};
-use super::baseline::{Baseline, CutReference, SampleWindow, WindowSummary, low_percentile};
+use super::baseline::{
+    Baseline, CutReference, INSENSITIVE, SampleWindow, WindowSummary, low_percentile,
+};
 use super::bounds::LimitBounds;
 use crate::vegas::error::{ConfigError, check_range};
+
+use std::time::Duration;
 
 /// The settings of a [`Vegas`] algorithm; see [`VegasBuilder`] for what each one does.
 #[derive(Debug, Clone, PartialEq)]
@@ -21,6 +25,9 @@ struct Settings {
     probe_ratio: f64,
     probe_samples: usize,
     stale_rounds: f64,
+    fleet: bool,
+    base_horizon: Duration,
+    drain_interval: Duration,
 }
 
 impl Default for Settings {
@@ -39,6 +46,9 @@ impl Default for Settings {
             probe_ratio: 0.75,
             probe_samples: 16,
             stale_rounds: 4.0,
+            fleet: false,
+            base_horizon: Duration::from_secs(4),
+            drain_interval: Duration::from_secs(2),
         }
     }
 }
@@ -93,6 +103,14 @@ impl Settings {
                     value: value as f64,
                     allowed: "at least 4",
                 });
+            }
+        }
+        for (field, value) in [
+            ("base_horizon", self.base_horizon),
+            ("drain_interval", self.drain_interval),
+        ] {
+            if value.is_zero() {
+                return Err(ConfigError::ZeroDuration { field });
             }
         }
         if self.probe_interval == 0 {
@@ -151,29 +169,32 @@ impl VegasBuilder {
         self
     }
 
-    /// Caps `beta` at this share of the limit and `alpha` at half of it, so small limits do not
-    /// tolerate a queue as long as themselves, in `(0, 1]` (default 0.2). The band is kept at
-    /// least one call wide (up to the configured `beta`), since a queue is a whole number of
-    /// calls.
+    /// Caps `beta` at this share of the limit and `alpha` at half of it, in `(0, 1]`
+    /// (default 0.2). Below a limit of `alpha / (share / 2)` (30 by default) the band is this
+    /// share of the RTT: grow while the queue is under 10 % of the calls in flight, cut above
+    /// 20 %. Every instance sharing a dependency reads the same share from the same RTTs, so the
+    /// fleet's queue stays short whatever the number of instances.
     pub fn max_queue_share(mut self, share: f64) -> Self {
         self.settings.max_queue_share = share;
         self
     }
 
-    /// Share of the computed per-round step applied, in `(0, 1]` (default 0.5).
+    /// Share of the computed per-round growth applied, in `(0, 1]` (default 0.5).
     pub fn smoothing(mut self, smoothing: f64) -> Self {
         self.settings.smoothing = smoothing;
         self
     }
 
-    /// Factor applied to the limit on a dropped call, in `(0, 1)` (default 0.5).
+    /// Factor applied to the limit on a dropped call, and the deepest one RTT-based cut goes, in
+    /// `(0, 1)` (default 0.5).
     pub fn backoff_ratio(mut self, ratio: f64) -> Self {
         self.settings.backoff_ratio = ratio;
         self
     }
 
-    /// Growth per round while no queue is measured, as a share of the limit, in `[0, 10]`
-    /// (default 0.25).
+    /// Growth per round while no queue is measured, times `max(1, sqrt(limit))` (after slow
+    /// start), in `[0, 10]` (default 0.25). The growth is sub-linear in the limit, so that
+    /// instances sharing a dependency converge to equal limits (see [`Vegas`]).
     pub fn growth_ratio(mut self, ratio: f64) -> Self {
         self.settings.growth_ratio = ratio;
         self
@@ -193,14 +214,15 @@ impl VegasBuilder {
         self
     }
 
-    /// The limit during a probe, as a share of the current limit, in `(0, 1)` (default 0.75).
+    /// The limit during a probe or a drain, as a share of the current limit, in `(0, 1)`
+    /// (default 0.5).
     pub fn probe_ratio(mut self, ratio: f64) -> Self {
         self.settings.probe_ratio = ratio;
         self
     }
 
     /// Minimum samples at reduced concurrency a probe collects (it takes at least half the probe
-    /// limit), at least 4 (default 16).
+    /// limit), at least 4 (default 8).
     pub fn probe_samples(mut self, samples: usize) -> Self {
         self.settings.probe_samples = samples;
         self
@@ -211,6 +233,53 @@ impl VegasBuilder {
     /// window after each cut judges the baseline first (see [`Vegas`]).
     pub fn stale_rounds(mut self, rounds: f64) -> Self {
         self.settings.stale_rounds = rounds;
+        self
+    }
+
+    /// Fleet mode, for a dependency shared with other instances that run their own limiters
+    /// (default off): one shared queue signal, additive increase with multiplicative decrease,
+    /// a baseline that expires after [`base_horizon`](Self::base_horizon), and drains every
+    /// [`drain_interval`](Self::drain_interval); see [`Vegas`], section "In a fleet". Turning
+    /// it on starts the limit at the bounds' minimum rather than their initial limit (slow start
+    /// takes it up: a newcomer must not add `initial` calls at once to a queue the others share),
+    /// and sets `max_queue_share` to 0.1 (grow while under 5 % of the RTT is queueing,
+    /// cut above 10 %), `probe_ratio` to 0.5 and `probe_samples` to 8 (set them after this call
+    /// to choose others).
+    ///
+    /// ```
+    /// use flowguard::vegas::{Limiter, Vegas};
+    ///
+    /// // Each instance of the service, in front of a dependency the instances share:
+    /// let limiter = Limiter::builder(Vegas::builder().fleet(true).build()?).build()?;
+    /// # let _ = limiter;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn fleet(mut self, on: bool) -> Self {
+        self.settings.fleet = on;
+        if on {
+            self.settings.max_queue_share = 0.1;
+            self.settings.probe_ratio = 0.5;
+            self.settings.probe_samples = 8;
+        }
+        self
+    }
+
+    /// In fleet mode, how long a measured RTT can serve as the baseline (default 4 s): the
+    /// baseline is the lowest window low of the last horizon, so a baseline learned while a
+    /// queue stood (an instance that started beside busy peers) is forgotten within it, and
+    /// instances sharing a dependency agree on it. Time is what the windows spanned, computed
+    /// from the samples. Zero is a [`ConfigError::ZeroDuration`].
+    pub fn base_horizon(mut self, horizon: Duration) -> Self {
+        self.settings.base_horizon = horizon;
+        self
+    }
+
+    /// In fleet mode, the most time between drains (default 2 s). In a drain the limit drops
+    /// to `probe_ratio` of itself for a short probe that measures the RTT at reduced
+    /// concurrency (see [`Vegas`]); it falls on the first RTT-based cut after half the interval,
+    /// and comes at the latest after the interval. Zero is a [`ConfigError::ZeroDuration`].
+    pub fn drain_interval(mut self, interval: Duration) -> Self {
+        self.settings.drain_interval = interval;
         self
     }
 
@@ -251,39 +320,77 @@ enum Phase {
 ///
 /// - **Robust baseline.** Samples are judged in windows (at least `baseline_window` successful
 ///   samples, or half the limit if larger). `rtt` is the window's low percentile and `rtt_base`
-///   the lowest window low seen (see `baseline.rs`): one lucky 1 us sample, or a burst of fast
-///   failures (dropped calls never feed it), cannot poison it, and service-time jitter does not
-///   read as a queue.
+///   the lowest window low of the last [`base_horizon`](VegasBuilder::base_horizon) (see
+///   `baseline.rs`): one lucky 1 us sample, or a burst of fast failures (dropped calls never
+///   feed it), cannot poison it, and service-time jitter does not read as a queue.
 /// - **A slower dependency is not a queue.** A stale baseline (the dependency's service time rose,
 ///   its concurrency did not) reads exactly like a queue, and cutting on it would starve the
 ///   dependency down to a limit of 1. So every cut is judged by the window after it, built only
 ///   from calls granted under the new limit: a real queue shortens the RTT at least in
-///   proportion to the concurrency removed; if the RTT instead stays clearly above that (and did
-///   not rise), the calls after the cut no longer queue, their low percentile becomes the
-///   baseline and the limit returns to where it was before the congestion (see `baseline.rs`).
-///   That judging window is half as long as usual (at least 4 samples), and a window whose
-///   calls were granted at mixed concurrency (a ramp) is never a reference.
-/// - **Cuts that never undershoot.** An RTT-based cut removes `smoothing` of the excess queue
-///   per round the window spans, compounded, so one window never removes more than the queue it
-///   measured; a drop still halves the limit at once.
-/// - **Re-learning without adopting a loaded sample.** The baseline is re-learned periodically,
-///   and when the queue estimate stays above `beta` for `stale_rounds` rounds with no cut being
-///   judged (the fallback for a stale, too-low baseline). A probe lowers
-///   the limit to `probe_ratio * limit`, skips one round, and takes the low percentile of samples
-///   granted with at most that many calls in flight: samples at reduced concurrency, never one
-///   loaded sample. If their RTT did not fall with the concurrency, the congestion was a stale
-///   baseline, and the cuts it caused are undone. A window much faster than the baseline (the
-///   dependency sped up) also starts a probe, because the windows after it are loaded by the
-///   limit that suited the slower dependency.
+///   proportion to the concurrency removed; if the RTT instead stays where it was, the calls
+///   after the cut no longer queue, their low percentile becomes the baseline and the limit
+///   returns to where it was before the congestion (see `baseline.rs`). A window whose calls
+///   were granted at mixed concurrency (a ramp) is never a reference.
+/// - **Re-learning without adopting a loaded sample.** A probe lowers the limit to
+///   `probe_ratio * limit`, skips one round, and takes the low percentile of samples granted
+///   with at most that many calls in flight. It lowers the baseline; it raises it only if the RTT
+///   did not fall with the concurrency (a stale baseline, whose cuts are then undone). Probes run
+///   periodically, when the queue estimate stays above `beta` for `stale_rounds` rounds, and when
+///   the dependency sped up.
 /// - **Multiplicative cuts on drops**, at most once per round of calls, so a real overload halves
 ///   the load at once while a burst of fast failures costs one cut, not a collapse.
 /// - **Growth only when used**: only windows whose calls were granted with, on average,
-///   `in_flight >= limit / 2` grow the limit.
-/// - **Per-round steps.** A window of `n` samples grows the limit by
-///   `smoothing * step * n / in_flight`, about `smoothing * step` per round trip, where `step`
-///   aims the queue at the middle of `[alpha, beta]`; with no queue at all the limit grows by at
-///   least `growth_ratio` of itself per round (less as the queue nears `alpha`). Until the first
-///   queue or drop is seen it grows by up to the whole limit per round (slow start).
+///   `in_flight >= limit / 2` grow the limit. Until the first queue or drop is seen it grows by
+///   up to the whole limit per round (slow start).
+///
+/// # In a fleet
+///
+/// Every instance of a service runs its own limiter in front of the dependencies it shares with
+/// the others. With no coordinator, the instances should share the way TCP flows share a link:
+/// equal limits, whatever order they started in, and a queue that stays short however many they
+/// are. Classic Vegas does neither. A flow that learns its `rtt_base` while a queue stands takes
+/// the queue for the baseline, sees no queue and grows (Mo, La, Anantharam and Walrand, 1999;
+/// Boutremans and Le Boudec, 2000). Each flow also keeps its own `alpha..beta` calls queued, so
+/// N flows queue N times that. And an additive-increase, additive-decrease rule keeps whatever
+/// split it starts from. Four choices answer this:
+///
+/// - **One shared signal.** For limits up to `alpha / (max_queue_share / 2)` (60 in fleet mode),
+///   the band is a share of the RTT: grow while `1 - rtt_base / rtt` is under
+///   `max_queue_share / 2` (5 %), cut above `max_queue_share` (10 %). Instances in front of one dependency see the same RTT, so they
+///   read the same signal and act together, and the queue it allows is a share of the RTT,
+///   not N times a per-instance count. There is no band floor of one call: a limit is a fraction
+///   (permits are its floor), so four instances can settle near one permit each in front of four
+///   workers.
+/// - **Additive increase, multiplicative decrease** on that signal, which converges to equal
+///   shares (Chiu and Jain, 1989): growth is `smoothing * growth_ratio * max(1, sqrt(limit))` per
+///   round (additive at small limits, sub-linear at large ones, never a share of the limit), and
+///   an RTT-based cut takes the limit down to the concurrency that leaves `alpha` queued,
+///   `limit * (1 - queue_share) + alpha`, at most by `backoff_ratio`. Cutting every instance in
+///   proportion empties the shared queue in one step.
+/// - **A baseline that expires.** `rtt_base` is the lowest window low of the last
+///   [`base_horizon`](VegasBuilder::base_horizon) (4 s), the windowed minimum of BBR: an
+///   instance that learned a queue as its baseline forgets it, and instances that share a
+///   dependency agree on the baseline, whatever each saw before. Time is what the windows
+///   spanned (rounds times their RTT): the algorithm reads no clock.
+/// - **Drains that line up without coordination.** The first RTT-based cut once half a
+///   [`drain_interval`](VegasBuilder::drain_interval) (2 s) has passed becomes a drain, and one
+///   comes at the latest after the interval: a probe at `probe_ratio` (0.5) of the limit, which
+///   may only lower the baseline (unless the RTT proves insensitive to concurrency, the stale
+///   case). As in BBR's ProbeRTT, instances drain together, so each sees the true minimum: cuts
+///   follow the shared signal, so the instances' drains fall on the same congestion event and
+///   their timers restart together. Envoy's adaptive concurrency filter re-measures the minimum
+///   RTT periodically at a small fixed concurrency, with jitter; jitter would spread the drains
+///   apart, which a fleet whose queue is shared cannot afford. Netflix's Gradient2 follows a
+///   long-term average RTT instead of a minimum, which creeps up with a standing queue.
+/// - **A newcomer starts small.** The limit starts at the bounds' minimum and slow start takes
+///   it up, rather than adding `initial` calls at once to a queue the others share.
+///
+/// The price, alone in front of a dependency: a drain halves the limit for a few rounds every
+/// 2 s, so the limit spends 4-6 % of the time below the dependency's concurrency (`vegas_sim
+/// --step`), where `Vegas::new()` spends under 1 %. That is why fleet mode is a setting.
+///
+/// Measured in `vegas_sim --fleet` (4 workers at 10 ms, 3x overload, 2 to 8 instances, a late
+/// joiner and one leaving): see `docs/PERFORMANCE.md`.
 ///
 /// ```
 /// use flowguard::vegas::{LimitAlgorithm, Outcome, Sample, Vegas};
@@ -325,6 +432,8 @@ pub struct Vegas {
     cut_reference: Option<CutReference>,
     /// No queue or drop seen yet: grow by the whole limit per round, like TCP slow start.
     slow_start: bool,
+    /// Time spanned by windows since the last drain, in nanoseconds.
+    since_drain: f64,
 }
 
 impl Vegas {
@@ -343,11 +452,18 @@ impl Vegas {
 
     /// A Vegas algorithm with validated `config`.
     fn with(config: Settings) -> Self {
+        // In a fleet, a newcomer starts at the least limit and slow start takes it up: starting
+        // at `initial` would add that many calls at once to a queue the others share.
+        let start = if config.fleet {
+            config.bounds.min()
+        } else {
+            config.bounds.initial()
+        };
         Self {
-            estimate: config.bounds.initial() as f64,
-            current: config.bounds.initial(),
-            window_len: window_len(&config, config.bounds.initial(), false),
-            probe_after: probe_after(&config, config.bounds.initial()),
+            estimate: start as f64,
+            current: start,
+            window_len: window_len(&config, start, false),
+            probe_after: probe_after(&config, start),
             window: SampleWindow::with_capacity(config.baseline_window),
             baseline: Baseline::default(),
             phase: Phase::Tracking,
@@ -356,9 +472,10 @@ impl Vegas {
             samples_since_cut: 0,
             cut_cooldown: 0,
             congested_rounds: 0.0,
-            limit_before_congestion: config.bounds.initial() as f64,
+            limit_before_congestion: start as f64,
             cut_reference: None,
             slow_start: true,
+            since_drain: 0.0,
             config,
         }
     }
@@ -387,6 +504,10 @@ impl Vegas {
         let cap = self.estimate * self.config.max_queue_share;
         let alpha = (self.config.alpha * scale).min(cap / 2.0);
         let beta = self.config.beta * scale;
+        if self.config.fleet {
+            // A share of the RTT for small limits, the same for every instance.
+            return (alpha, beta.min(cap));
+        }
         // But keep the band at least one call wide (up to the configured beta): a queue is a
         // whole number of calls, and a narrower band holds none of them, so a small limit would
         // swing between growing and shrinking around it.
@@ -465,14 +586,25 @@ impl Vegas {
             let learned = low_percentile(&mut self.probe_buffer);
             // RTT did not fall when concurrency did: the congestion was a stale baseline, not a
             // queue, so the cuts made since it began were wrong and are undone.
+            let least = if self.config.fleet { INSENSITIVE } else { 0.9 };
             let insensitive = match (learned, self.baseline.last_window()) {
-                (Some(learned), Some(recent)) => learned as f64 >= 0.9 * recent as f64,
+                (Some(learned), Some(recent)) => learned as f64 >= least * recent as f64,
                 _ => false,
             };
             if stale && insensitive {
                 restore = restore.max(self.limit_before_congestion);
             }
-            self.end_probe(restore, learned);
+            // A probe lowers the baseline; it raises it only when the RTT did not fall with the
+            // concurrency (a stale baseline). Otherwise a probe run alone in a fleet, whose RTT
+            // still holds the others' queue, would take that queue for the baseline.
+            match learned {
+                Some(rtt) if (stale && insensitive) || !self.config.fleet => {
+                    self.baseline.relearn(rtt)
+                }
+                Some(rtt) => self.baseline.lower_to(rtt),
+                None => {}
+            }
+            self.end_probe(restore, None);
         } else if give_up {
             self.end_probe(restore, None);
         }
@@ -508,12 +640,23 @@ impl Vegas {
             .baseline
             .estimate()
             .is_some_and(|base| (window.low as f64) < 0.8 * base as f64);
-        self.baseline.observe(window.low);
+        let rounds = window.samples as f64 / window.mean_in_flight.max(1.0);
+        let spanned = rounds * window.low as f64;
+        self.since_drain += spanned;
+        self.baseline.observe(
+            window.low,
+            spanned,
+            if self.config.fleet {
+                self.config.base_horizon.as_secs_f64() * 0.5e9
+            } else {
+                f64::INFINITY
+            },
+        );
         let Some(base) = self.baseline.estimate() else {
             return;
         };
         if let Some(reference) = self.cut_reference.take()
-            && reference.reveals_stale(base, window)
+            && reference.reveals_stale(base, window, self.config.fleet)
         {
             // The cut did not shorten the RTT: the dependency got slower, it is not queueing.
             // Adopt the RTT after the cut (taken at reduced concurrency) as the baseline and undo
@@ -528,18 +671,26 @@ impl Vegas {
         let (alpha, beta) = self.thresholds();
         let target = (alpha + beta) / 2.0;
         let used = window.mean_in_flight * 2.0 >= limit;
-        let rounds = window.samples as f64 / window.mean_in_flight.max(1.0);
         let change = if queue < alpha {
             self.congested_rounds = 0.0;
             if used {
-                // Far below alpha, grow by a share of the limit; near alpha, by what is missing.
                 let headroom = (alpha - queue) / alpha;
-                let growth = if self.slow_start {
-                    1.0
+                if self.slow_start {
+                    self.config.smoothing * (target - queue).max(limit * headroom) * rounds
+                } else if self.config.fleet {
+                    // Sub-linear growth per round: additive at small limits, sqrt(limit) at
+                    // large ones, so that instances converge to equal limits.
+                    self.config.smoothing
+                        * self.config.growth_ratio
+                        * limit.sqrt().max(1.0)
+                        * headroom
+                        * rounds
                 } else {
-                    self.config.growth_ratio
-                };
-                self.config.smoothing * (target - queue).max(limit * growth * headroom) * rounds
+                    // Far below alpha, grow by a share of the limit; near alpha, by what is
+                    // missing.
+                    let growth = limit * self.config.growth_ratio * headroom;
+                    self.config.smoothing * (target - queue).max(growth) * rounds
+                }
             } else {
                 0.0
             }
@@ -550,10 +701,17 @@ impl Vegas {
             }
             self.congested_rounds += rounds;
             self.cut_reference = CutReference::of(window);
-            // Each round the queue persists, remove `smoothing` of what remains of it: over the
-            // window's rounds that compounds to less than the whole excess, so one window never
-            // cuts below the concurrency the dependency was measured to serve.
-            (target - queue) * (1.0 - (1.0 - self.config.smoothing).powf(rounds))
+            if self.config.fleet {
+                // Multiplicative: down to the concurrency that leaves `alpha` queued, at most by
+                // `backoff_ratio`. Every instance in front of the dependency cuts in proportion,
+                // which empties the shared queue in one step.
+                -((queue - alpha).min(limit * (1.0 - self.config.backoff_ratio)))
+            } else {
+                // Each round the queue persists, remove `smoothing` of what remains of it: over
+                // the window's rounds that compounds to less than the whole excess, so one
+                // window never cuts below the concurrency the dependency was measured to serve.
+                (target - queue) * (1.0 - (1.0 - self.config.smoothing).powf(rounds))
+            }
         } else {
             self.slow_start = false;
             self.congested_rounds = 0.0;
@@ -564,8 +722,18 @@ impl Vegas {
         // concurrency the cut chose, with no further reduction.
         let stale =
             self.congested_rounds >= self.config.stale_rounds && self.cut_reference.is_none();
+        // Drains fall on a cut (which the instances sharing the dependency make together) once
+        // half the interval has passed, and come at the latest after the interval.
+        let interval = self.config.drain_interval.as_secs_f64() * 1e9;
+        let drain = self.config.fleet
+            && (self.since_drain >= interval
+                || (change < 0.0 && self.since_drain >= interval / 2.0));
         if sped_up || stale {
             self.start_probe(self.congested_rounds > 0.0);
+        } else if drain {
+            self.since_drain = 0.0;
+            self.cut_reference = None;
+            self.start_probe(true);
         }
     }
 }

@@ -28,7 +28,7 @@ impl AdaptiveConcurrencyLayer {
     pub fn new(limiter: Limiter) -> Self {
         Self {
             admission: Admission::new(limiter),
-            classifier: HttpClassifier,
+            classifier: HttpClassifier::new(),
         }
     }
 
@@ -37,7 +37,7 @@ impl AdaptiveConcurrencyLayer {
     pub fn builder(limiter: Limiter) -> AdaptiveConcurrencyLayerBuilder {
         AdaptiveConcurrencyLayerBuilder {
             admission: AdmissionBuilder::new(limiter),
-            classifier: HttpClassifier,
+            classifier: HttpClassifier::new(),
         }
     }
 }

@@ -4,8 +4,10 @@
 //!
 //! ```text
 //! cargo run --release -p flowguard-harness --bin vegas_sim -- [--json] [--plot DIR] [--seed N] [--slots N] [--step]
+//! cargo run --release -p flowguard-harness --bin vegas_sim -- --fleet [--instances N] [--seed N] [--json]
 //! ```
 
+mod fleet;
 mod step;
 
 use std::cmp::Reverse;
@@ -444,6 +446,14 @@ fn json(reports: &[Report]) -> String {
 /// 50 ms for a permit and give up after 1 s; for vegas, aimd, gradient and fixed limits of 4 and
 /// 16 it prints goodput per second around the step, p50/p99 latency, the limit over time and how
 /// long the limit spent below the worker count.
+///
+/// With `--fleet`, it runs the fleet scenario instead (see `fleet.rs`): N instances (default 4),
+/// each with a limiter of its own, share one backend of 4 workers at 10 ms behind an unbounded
+/// queue, offered 3x its capacity in total; they start 1 s apart, the last one joins at 10 s and
+/// the first one leaves at 20 s. For vegas, aimd, gradient and fixed limits of 1 and 4 per
+/// instance (vegas is `Vegas::builder().fleet(true)`, vegas solo `Vegas::new()`) it prints goodput, Jain's index over the instances' goodput while all are up, the
+/// worst p99, timeouts, the sum of the limits, the time the late joiner took to hold 80 % of its
+/// fair share, and per-instance figures.
 #[derive(Parser)]
 #[command(verbatim_doc_comment, args_override_self = true)]
 struct Args {
@@ -462,14 +472,32 @@ struct Args {
     #[arg(long, default_value_t = 50, value_name = "N", value_parser = positive::<usize>)]
     slots: usize,
     /// Run the capacity-step scenarios instead.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "fleet")]
     step: bool,
+    /// Run the fleet scenario instead.
+    #[arg(long)]
+    fleet: bool,
+    /// Instances in the fleet scenario, 2 to 8.
+    #[arg(long, default_value_t = 4, value_name = "N", value_parser = clap::value_parser!(u8).range(2..=8))]
+    instances: u8,
 }
 
 fn main() -> Result<(), Box<dyn Error>> {
     let args = Args::parse();
     if args.step {
         return run_steps(args.seed, args.json);
+    }
+    if args.fleet {
+        let scenario = fleet::FleetScenario::standard(usize::from(args.instances), args.seed);
+        let reports = run_fleet(&scenario)?;
+        fleet::print(&scenario, &reports);
+        if let Some(vegas) = reports.iter().find(|r| r.name == "vegas") {
+            fleet::print_instance_limits(vegas);
+        }
+        if args.json {
+            println!("{}", fleet::json(&scenario, &reports));
+        }
+        return Ok(());
     }
     let scenario = Scenario::standard(args.seed, args.slots);
     println!(
@@ -530,11 +558,15 @@ fn main() -> Result<(), Box<dyn Error>> {
 /// A limit algorithm and the name its report goes by.
 type NamedAlgorithm = (String, Box<dyn LimitAlgorithm>);
 
-/// The limiters compared in the step scenarios: every algorithm with its defaults, and fixed
-/// limits of 4 and 16.
+/// The limiters compared in the step scenarios: every algorithm with its defaults, Vegas in
+/// fleet mode, and fixed limits of 4 and 16.
 fn step_limiters() -> Result<Vec<NamedAlgorithm>, Box<dyn Error>> {
     Ok(vec![
         ("vegas".into(), Box::new(Vegas::new())),
+        (
+            "vegas fleet".into(),
+            Box::new(Vegas::builder().fleet(true).build()?),
+        ),
         ("aimd".into(), Box::new(Aimd::new())),
         ("gradient".into(), Box::new(Gradient::new())),
         ("fixed 4".into(), Box::new(Fixed::new(4)?)),
@@ -546,6 +578,44 @@ fn run_step(scenario: &step::StepScenario) -> Result<Vec<step::StepReport>, Box<
     step_limiters()?
         .into_iter()
         .map(|(name, algorithm)| step::simulate_step(scenario, algorithm, name))
+        .collect()
+}
+
+/// Builds one algorithm per fleet instance.
+type Factory = Box<dyn Fn() -> Result<Box<dyn LimitAlgorithm>, Box<dyn Error>>>;
+
+/// The limiters compared in the fleet scenario: every algorithm with its defaults, and fixed
+/// limits of 1 (the limits add up to the worker count) and 4 per instance.
+fn fleet_limiters() -> Vec<(String, Factory)> {
+    vec![
+        (
+            "vegas".into(),
+            Box::new(|| Ok(Box::new(Vegas::builder().fleet(true).build()?) as _)),
+        ),
+        (
+            "vegas solo".into(),
+            Box::new(|| Ok(Box::new(Vegas::new()) as _)),
+        ),
+        ("aimd".into(), Box::new(|| Ok(Box::new(Aimd::new()) as _))),
+        (
+            "gradient".into(),
+            Box::new(|| Ok(Box::new(Gradient::new()) as _)),
+        ),
+        (
+            "fixed 1".into(),
+            Box::new(|| Ok(Box::new(Fixed::new(1)?) as _)),
+        ),
+        (
+            "fixed 4".into(),
+            Box::new(|| Ok(Box::new(Fixed::new(4)?) as _)),
+        ),
+    ]
+}
+
+fn run_fleet(scenario: &fleet::FleetScenario) -> Result<Vec<fleet::FleetReport>, Box<dyn Error>> {
+    fleet_limiters()
+        .into_iter()
+        .map(|(name, factory)| fleet::simulate_fleet(scenario, name, &*factory))
         .collect()
 }
 
@@ -605,6 +675,40 @@ mod tests {
         );
         for other in ["aimd", "gradient"] {
             assert!(vegas.p99_latency_ratio < by_name(other).p99_latency_ratio);
+        }
+    }
+
+    /// The fleet targets, in simulation, for Vegas in fleet mode: 4 instances at 3x overload,
+    /// staggered, a late joiner and one leaving, over two seeds.
+    #[test]
+    fn vegas_in_fleet_mode_shares_fairly_with_a_short_queue() {
+        for seed in [7, 11] {
+            let scenario = fleet::FleetScenario::standard(4, seed);
+            let reports = run_fleet(&scenario).unwrap();
+            let by_name = |name: &str| reports.iter().find(|r| r.name == name).unwrap();
+            let vegas = by_name("vegas");
+            let best_fixed = by_name("fixed 1")
+                .goodput_ratio
+                .max(by_name("fixed 4").goodput_ratio);
+            let context = format!("seed {seed}");
+            assert!(vegas.jain >= 0.95, "{context}: Jain {}", vegas.jain);
+            assert!(vegas.goodput_ratio >= 0.97 * best_fixed, "{context}");
+            assert!(
+                vegas.worst_p99_ms() <= 1.5 * by_name("fixed 1").worst_p99_ms(),
+                "{context}: p99 {}",
+                vegas.worst_p99_ms()
+            );
+            assert_eq!(vegas.timeouts(), 0, "{context}");
+            assert!(
+                vegas.late_joiner_80_s.is_some_and(|s| s <= 3.0),
+                "{context}: {:?}",
+                vegas.late_joiner_80_s
+            );
+            assert!(
+                vegas.limit_sum_all_up <= 10.0,
+                "{context}: {}",
+                vegas.limit_sum_all_up
+            );
         }
     }
 

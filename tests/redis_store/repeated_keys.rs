@@ -6,11 +6,10 @@
 //! every decision is the same, as `LimitSet` defines them.
 #![cfg(feature = "redis")]
 
-mod support;
-
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::support::RedisServer;
 use flowguard::clock::ManualClock;
 use flowguard::gcra::redis::RedisStore;
 use flowguard::gcra::remote::{RemoteLimitSet, RemoteRateLimiter};
@@ -20,7 +19,6 @@ use flowguard::gcra::{
 };
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
-use support::RedisServer;
 
 const REQUESTS: usize = 3_000;
 const KEYS: [&[u8]; 3] = [b"a", b"b", b"c"];

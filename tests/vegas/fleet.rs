@@ -1,0 +1,276 @@
+//! Vegas in a fleet: four instances, each with a limiter of its own, share one backend of four
+//! workers. A deterministic simulation on a `ManualClock` (fixed seed, no wall clock): the
+//! instances must settle at fair shares with a short queue, and a late joiner must get its share
+//! within 3 simulated seconds. Alone, fleet mode keeps what holds for one instance: one lucky
+//! sample or a burst of fast failures does not collapse the limit, and it grows only when used.
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, VecDeque};
+use std::time::Duration;
+
+use crate::common::{Dependency, sample};
+use flowguard::clock::ManualClock;
+use flowguard::vegas::{LimitAlgorithm, LimitBounds, Limiter, Outcome, OwnedPermit, Vegas};
+
+const INSTANCES: usize = 4;
+const WORKERS: usize = 4;
+const SERVICE_NANOS: f64 = 10e6;
+/// 3x the backend's capacity in total: 300 calls per second per instance.
+const RATE_PER_NANO: f64 = 3.0 * WORKERS as f64 / SERVICE_NANOS / INSTANCES as f64;
+const MAX_WAIT: u64 = 50_000_000;
+const SECOND: u64 = 1_000_000_000;
+/// The last instance joins here; the run ends at `END`.
+const JOIN_AT: u64 = 6 * SECOND;
+const END: u64 = 14 * SECOND;
+/// Fairness and the sum of the limits are judged from here to the end.
+const JUDGED_FROM: u64 = 8 * SECOND;
+const WINDOW: u64 = SECOND / 2;
+
+/// A fixed-seed generator (SplitMix64): uniform in [0, 1).
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> f64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        (z ^ (z >> 31)) as f64 / (u64::MAX as f64 + 1.0)
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Event {
+    Completion(usize),
+    Arrival(usize),
+}
+
+struct Call {
+    instance: usize,
+    arrival: u64,
+    permit: Option<OwnedPermit>,
+}
+
+/// What the run measured.
+struct Fleet {
+    /// Successful calls per instance while judged.
+    judged: [u64; INSTANCES],
+    /// Mean sum of the limits while judged, sampled at every event.
+    limit_sum: f64,
+    /// Successful calls per instance per [`WINDOW`].
+    windows: Vec<[u64; INSTANCES]>,
+}
+
+fn start_of(instance: usize) -> u64 {
+    if instance == INSTANCES - 1 {
+        JOIN_AT
+    } else {
+        instance as u64 * SECOND
+    }
+}
+
+/// Runs the fleet with one limiter per instance, built by `vegas`.
+fn run(vegas: impl Fn() -> Vegas) -> Fleet {
+    let clock = ManualClock::new();
+    let limiters: Vec<Limiter> = (0..INSTANCES)
+        .map(|_| {
+            Limiter::builder(vegas())
+                .clock(clock.clone())
+                .build()
+                .unwrap()
+        })
+        .collect();
+    let mut rng = Rng(7);
+    let mut events = BinaryHeap::new();
+    for instance in 0..INSTANCES {
+        events.push(Reverse((start_of(instance), Event::Arrival(instance))));
+    }
+    let mut calls: Vec<Call> = Vec::new();
+    let mut waiting: Vec<VecDeque<usize>> = vec![VecDeque::new(); INSTANCES];
+    let mut backlog: VecDeque<usize> = VecDeque::new();
+    let mut busy = 0;
+    let mut fleet = Fleet {
+        judged: [0; INSTANCES],
+        limit_sum: 0.0,
+        windows: vec![[0; INSTANCES]; (END / WINDOW) as usize + 1],
+    };
+    let (mut sum, mut observations) = (0.0, 0_u64);
+    while let Some(Reverse((now, event))) = events.pop() {
+        if now >= END {
+            break;
+        }
+        clock.set_nanos(now);
+        match event {
+            Event::Completion(id) => {
+                busy -= 1;
+                let call = &mut calls[id];
+                if let Some(permit) = call.permit.take() {
+                    permit.success();
+                }
+                fleet.windows[(now / WINDOW) as usize][call.instance] += 1;
+                if now >= JUDGED_FROM {
+                    fleet.judged[call.instance] += 1;
+                }
+            }
+            Event::Arrival(instance) => {
+                calls.push(Call {
+                    instance,
+                    arrival: now,
+                    permit: None,
+                });
+                waiting[instance].push_back(calls.len() - 1);
+                let gap = -(1.0 - rng.next()).ln() / RATE_PER_NANO;
+                events.push(Reverse((now + gap as u64 + 1, Event::Arrival(instance))));
+            }
+        }
+        for (instance, queue) in waiting.iter_mut().enumerate() {
+            while let Some(&id) = queue.front() {
+                if now > calls[id].arrival + MAX_WAIT {
+                    queue.pop_front();
+                    continue;
+                }
+                let Ok(permit) = limiters[instance].try_acquire_owned() else {
+                    break;
+                };
+                queue.pop_front();
+                calls[id].permit = Some(permit);
+                backlog.push_back(id);
+            }
+        }
+        while busy < WORKERS {
+            let Some(id) = backlog.pop_front() else {
+                break;
+            };
+            busy += 1;
+            let service = SERVICE_NANOS * (0.9 + 0.2 * rng.next());
+            events.push(Reverse((now + service as u64, Event::Completion(id))));
+        }
+        if now >= JUDGED_FROM {
+            sum += limiters.iter().map(Limiter::limit).sum::<usize>() as f64;
+            observations += 1;
+        }
+    }
+    fleet.limit_sum = sum / observations as f64;
+    fleet
+}
+
+fn jain(values: &[u64]) -> f64 {
+    let sum: f64 = values.iter().map(|&x| x as f64).sum();
+    let squares: f64 = values.iter().map(|&x| (x as f64).powi(2)).sum();
+    sum * sum / (values.len() as f64 * squares)
+}
+
+fn fleet_vegas() -> Vegas {
+    Vegas::builder().fleet(true).build().unwrap()
+}
+
+#[test]
+fn four_instances_settle_at_fair_shares_with_a_short_queue() {
+    let fleet = run(fleet_vegas);
+    let index = jain(&fleet.judged);
+    assert!(index >= 0.95, "Jain's index {index}: {:?}", fleet.judged);
+    // Four workers: limits that add up to 4..8 keep them busy with at most as many queued
+    // (measured: 6.4; 23.7 without fleet mode).
+    assert!(
+        (4.0..=8.0).contains(&fleet.limit_sum),
+        "the limits add up to {} in front of {WORKERS} workers",
+        fleet.limit_sum
+    );
+    // And the backend stays busy: at least 95 % of its capacity is served.
+    let served: u64 = fleet.judged.iter().sum();
+    let capacity = (END - JUDGED_FROM) as f64 / SERVICE_NANOS * WORKERS as f64;
+    assert!(served as f64 >= 0.95 * capacity, "{served} of {capacity}");
+}
+
+#[test]
+fn a_late_joiner_gets_80_percent_of_its_share_within_3_seconds() {
+    let fleet = run(fleet_vegas);
+    let newcomer = INSTANCES - 1;
+    let first = (JOIN_AT / WINDOW) as usize;
+    let reached = |window: &[u64; INSTANCES]| {
+        let fair = window.iter().sum::<u64>() as f64 / INSTANCES as f64;
+        window[newcomer] as f64 >= 0.8 * fair
+    };
+    let within = first + (3 * SECOND / WINDOW) as usize;
+    let at = (first..within)
+        .find(|&w| reached(&fleet.windows[w]) && reached(&fleet.windows[w + 1]))
+        .map(|w| (w + 1 - first) as f64 * WINDOW as f64 / 1e9);
+    assert!(at.is_some(), "{:?}", &fleet.windows[first..within + 1]);
+    // Once there, it keeps its share: over the last 4 s it holds 80 % of it.
+    let last = fleet.windows.len() - 1;
+    let mut total = [0; INSTANCES];
+    for window in &fleet.windows[last - 8..last] {
+        for (sum, calls) in total.iter_mut().zip(window) {
+            *sum += calls;
+        }
+    }
+    assert!(reached(&total), "{total:?}");
+}
+
+#[test]
+fn fleet_mode_is_a_setting_and_rejects_a_zero_horizon_or_interval() {
+    assert!(
+        Vegas::builder()
+            .fleet(true)
+            .base_horizon(Duration::ZERO)
+            .build()
+            .is_err()
+    );
+    assert!(
+        Vegas::builder()
+            .fleet(true)
+            .drain_interval(Duration::ZERO)
+            .build()
+            .is_err()
+    );
+}
+
+/// 8 slots of 10 ms, as one instance alone sees them.
+const ALONE: Dependency = Dependency {
+    slots: 8,
+    service_micros: 10_000,
+};
+
+/// Fleet mode settled alone in front of [`ALONE`], starting below the slots.
+fn settled_alone() -> (Vegas, usize) {
+    let mut vegas = Vegas::builder()
+        .bounds(LimitBounds::new(1, 500, 4).unwrap())
+        .fleet(true)
+        .build()
+        .unwrap();
+    let limit = ALONE.drive(&mut vegas, 1_000);
+    assert!((ALONE.slots..=ALONE.slots + 2).contains(&limit), "{limit}");
+    (vegas, limit)
+}
+
+#[test]
+fn alone_one_fast_sample_or_a_burst_of_fast_failures_does_not_collapse_the_limit() {
+    let (mut vegas, before) = settled_alone();
+    vegas.update(&sample(1, before, Outcome::Success));
+    let after = ALONE.drive(&mut vegas, 20);
+    assert!(after >= ALONE.slots, "one 1 us sample: {after}");
+    assert_eq!(vegas.rtt_base(), Some(Duration::from_millis(10)));
+
+    let (mut vegas, before) = settled_alone();
+    for _ in 0..before {
+        vegas.update(&sample(1, before, Outcome::Dropped));
+    }
+    assert_eq!(
+        vegas.limit(),
+        before / 2,
+        "one multiplicative cut per round"
+    );
+    assert_eq!(vegas.rtt_base(), Some(Duration::from_millis(10)));
+    let recovered = ALONE.drive(&mut vegas, 100);
+    assert!(recovered >= ALONE.slots, "back to {recovered}");
+}
+
+#[test]
+fn alone_the_limit_grows_only_while_half_of_it_is_used() {
+    let (mut vegas, before) = settled_alone();
+    // A caller that uses a quarter of the limit, with no queue at all.
+    for _ in 0..2_000 {
+        vegas.update(&sample(10_000, before / 4, Outcome::Success));
+    }
+    assert!(vegas.limit() <= before, "{} from {before}", vegas.limit());
+}
