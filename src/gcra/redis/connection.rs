@@ -447,12 +447,12 @@ fn at(seed: &ConnectionInfo, node: &Node) -> ConnectionInfo {
     seed.clone().set_addr(addr)
 }
 
-/// How many store timeouts a standalone connection waits for one reply. The store bounds each
-/// check itself (from the server's last answer to the calls it waits behind, see
-/// `RedisStoreBuilder::timeout`), and gives up within one timeout when the server stops
-/// answering; the client's own bound is the backstop, so that a reply a busy client reads late,
-/// while the server keeps answering, is not cut off by the client before the store judged it.
-const REPLY_TIMEOUTS: u32 = 4;
+/// How many store timeouts a check may wait in all, and a standalone connection for one reply.
+/// The store bounds each check itself (from the server's last answer to the calls it waits
+/// behind, see `RedisStoreBuilder::timeout`), and gives up within one timeout when the server
+/// stops answering; the client's own bound matches the store's cap, so that a reply a busy client
+/// reads late, while the server keeps answering, is not cut off before the store judged it.
+pub(super) const REPLY_TIMEOUTS: u32 = 20;
 
 fn manager_config(timeouts: Timeouts) -> ConnectionManagerConfig {
     // A failed attempt is retried once after 10-100 ms, then the next call starts a new attempt.

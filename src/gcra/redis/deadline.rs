@@ -27,26 +27,28 @@ pub(super) async fn within<F: Future>(timeout: Duration, future: F) -> Option<F:
 }
 
 /// Runs `future`, a decision queued behind other calls, until `timeout` passes without an answer
-/// from the server to any of those calls: `answered()` counts them, and each one that comes
-/// starts the timeout again. `None` when it ran out.
+/// from the server to any of those calls (`answered()` counts them, and each one that comes
+/// starts the timeout again), and for `cap` at most in all. `None` when it ran out.
 ///
-/// So a decision waits as long as the server answers the calls before it in time, however many
-/// the client has queued (a busy client sends them late, not the server); when the server stops
-/// answering, every decision waiting on it gives up within one timeout (each call is itself
-/// bounded by the timeout, so the calls ahead always end).
+/// So a decision waits while the server answers the calls before it, however many the client
+/// has queued (a busy client sends and reads them late, not the server), up to `cap`; when the
+/// server stops answering, every decision waiting on it gives up within one timeout.
 pub(super) async fn while_answered<F: Future>(
     timeout: Duration,
+    cap: Duration,
     answered: impl Fn() -> u64,
     future: F,
 ) -> Option<F::Output> {
     let mut future = pin!(future);
+    let started = tokio::time::Instant::now();
     let mut seen = answered();
     loop {
-        if let Some(output) = within(timeout, future.as_mut()).await {
+        let left = cap.saturating_sub(started.elapsed());
+        if let Some(output) = within(timeout.min(left), future.as_mut()).await {
             return Some(output);
         }
         let now = answered();
-        if now == seen {
+        if now == seen || started.elapsed() >= cap {
             return None;
         }
         seen = now;
@@ -102,17 +104,30 @@ mod tests {
         };
         let count = || answered.load(Ordering::SeqCst);
         let started = tokio::time::Instant::now();
-        let reply = while_answered(Duration::from_millis(50), count, rx).await;
+        let (timeout, cap) = (Duration::from_millis(50), Duration::from_millis(200));
+        let reply = while_answered(timeout, cap, count, rx).await;
         assert_eq!(reply.map(Result::unwrap), Some(7));
         assert_eq!(started.elapsed(), Duration::from_millis(100));
         server.await.unwrap();
         // No answer at all: one timeout.
         let (_tx, rx) = tokio::sync::oneshot::channel::<u32>();
         let started = tokio::time::Instant::now();
-        assert_eq!(
-            while_answered(Duration::from_millis(50), count, rx).await,
-            None
-        );
-        assert_eq!(started.elapsed(), Duration::from_millis(50));
+        assert_eq!(while_answered(timeout, cap, count, rx).await, None);
+        assert_eq!(started.elapsed(), timeout);
+        // Answers that keep coming, never its own: the cap.
+        let ticker = {
+            let answered = answered.clone();
+            tokio::spawn(async move {
+                for _ in 0..20 {
+                    tokio::time::sleep(Duration::from_millis(30)).await;
+                    answered.fetch_add(1, Ordering::SeqCst);
+                }
+            })
+        };
+        let (_tx, rx) = tokio::sync::oneshot::channel::<u32>();
+        let started = tokio::time::Instant::now();
+        assert_eq!(while_answered(timeout, cap, count, rx).await, None);
+        assert_eq!(started.elapsed(), cap);
+        ticker.abort();
     }
 }

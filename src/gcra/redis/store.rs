@@ -9,7 +9,7 @@ use std::time::Duration;
 use ::redis::{Cmd, ErrorKind, FromRedisValue, RedisError, RedisResult, ServerErrorKind, Value};
 
 use super::batch::{Answer, Caller};
-use super::connection::{Connection, Target, Timeouts, is_auth_error};
+use super::connection::{Connection, REPLY_TIMEOUTS, Target, Timeouts, is_auth_error};
 use super::deadline::{while_answered, within};
 use super::error::ConnectError;
 use super::groups::Groups;
@@ -224,9 +224,12 @@ impl RedisStoreBuilder {
     /// * A check gives up when this long passes without the server answering any call it
     ///   waits behind: the calls queued before it on its connection (master), see
     ///   [`max_batch`](Self::max_batch), or without coalescing the store's calls in flight. Each
-    ///   answer starts the timeout again. So it waits its turn while the server answers in
-    ///   time, however many calls a busy client has to send and read before its own, and gives
-    ///   up within one timeout when the server stops answering.
+    ///   answer starts the timeout again, up to twenty timeouts in all
+    ///   (1 s by default). So it waits its turn while
+    ///   the server answers, however many calls a busy client has to send and read before its
+    ///   own, and gives up within one timeout when the server stops answering. The price: a
+    ///   server that keeps answering, but slowly (overloaded), is waited for up to twenty
+    ///   timeouts before the failure policy answers.
     /// * When the timer fires, the check looks once more, after one turn of the client's
     ///   scheduler, for a reply that arrived in time but was not read yet; that turn is the only
     ///   wait it adds.
@@ -439,11 +442,13 @@ impl RedisStore {
 
     /// Decides `cost` tokens for the store key `key`: in its lane's next call (or alone), bounded
     /// by the timeout: alone, from now on; in a lane, from now or from the server's last answer to
-    /// one of the lane's calls, whichever is later (see [`while_answered`]).
+    /// one of the lane's calls, whichever is later, twenty timeouts at most (see
+    /// [`while_answered`]).
     async fn call(&self, key: &[u8], rule: &Gcra, cost: u32) -> Answer {
         let inner = &*self.inner;
         let (now_us, extra_ttl_ms) = self.clock()?;
         let request = Request::new(key.to_vec(), rule, cost, now_us, extra_ttl_ms)?;
+        let cap = inner.timeout.saturating_mul(REPLY_TIMEOUTS);
         let deciding = async {
             let map = if inner.conn.is_cluster() {
                 inner.conn.slot_map()
@@ -455,13 +460,13 @@ impl RedisStore {
                 // them for a whole timeout, not when a busy client sends them late.
                 Some(lane) => {
                     let answered = || lane.answered();
-                    while_answered(inner.timeout, answered, lane.decide(self, request)).await
+                    while_answered(inner.timeout, cap, answered, lane.decide(self, request)).await
                 }
                 // A call of its own, on a connection other calls may be waiting on too: late
                 // only when the server answers none of them for a whole timeout.
                 None => {
                     let answered = || inner.answers.load(Ordering::Acquire);
-                    while_answered(inner.timeout, answered, self.alone(&request)).await
+                    while_answered(inner.timeout, cap, answered, self.alone(&request)).await
                 }
             }
         };
