@@ -13,6 +13,5 @@ mod e2e;
 mod hyper_app;
 mod redis_store;
 mod service;
-mod tonic_app;
 mod two_tier;
 mod typed_keys;

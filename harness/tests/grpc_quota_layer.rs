@@ -3,7 +3,8 @@
 //! statuses (`RESOURCE_EXHAUSTED` in a trailers-only HTTP 200) carrying `retry-after` and the
 //! rate-limit fields as metadata, with the ready-made [`GrpcRefusal`] and with a refusal built
 //! from `tonic::Status`.
-#![cfg(feature = "tower")]
+//!
+//! In the harness, which holds tonic, so that the crate's own dev-dependencies stay lean.
 
 use std::net::SocketAddr;
 use std::time::{Duration, SystemTime};
