@@ -166,7 +166,7 @@ async fn redis(
 impl Kept {
     /// The set keeping a quota layer's `limits` where the guard keeps its quota: in memory, or
     /// in Redis with one limiter per limit over the guard's connection, each under its own
-    /// prefix ([`policy_prefix`]), all with the guard's failure policy.
+    /// prefix (`RedisStore::for_limit`), all with the guard's failure policy.
     pub(super) fn limit_set(
         &self,
         limits: &[crate::gcra::LimitSpec],
@@ -202,7 +202,6 @@ fn remote_set(
     use super::QuotaLayerError;
     use crate::gcra::remote::{RemoteLimitSet, RemoteRateLimiter};
 
-    let tagged_prefix = store.prefix().contains(&b'{');
     let mut limiters = Vec::with_capacity(limits.len());
     for (i, limit) in limits.iter().enumerate() {
         if limits[..i].iter().any(|other| other.name() == limit.name()) {
@@ -214,9 +213,7 @@ fn remote_set(
             limit: limit.name().to_owned(),
             source,
         };
-        let own = store
-            .with_keys(policy_prefix(store.prefix(), limit.name()), !tagged_prefix)
-            .map_err(refused)?;
+        let own = store.for_limit(limit.name()).map_err(refused)?;
         limiters.push(
             RemoteRateLimiter::builder(own, limit.quota())
                 .failure_policy(failure_policy)
@@ -227,39 +224,3 @@ fn remote_set(
     Ok(Arc::new(RemoteLimitSet::new(limiters)))
 }
 
-/// The key prefix of the limit `name` under the guard's `prefix`: `prefix ‖ name ‖ ":"`, with
-/// `%`, `{`, `}`, `=`, `#` and control bytes of the name written `%XX`. Injective, and it never
-/// names keys of the guard's own quota (`prefix ‖ "="` or `prefix ‖ "#"`): the escaped name
-/// holds neither byte and ends before the first of them.
-#[cfg(all(feature = "tower", feature = "redis"))]
-fn policy_prefix(prefix: &[u8], name: &str) -> Vec<u8> {
-    let mut out = Vec::with_capacity(prefix.len() + name.len() + 1);
-    out.extend_from_slice(prefix);
-    for &b in name.as_bytes() {
-        if matches!(b, b'%' | b'{' | b'}' | b'=' | b'#') || b.is_ascii_control() {
-            out.extend_from_slice(format!("%{b:02X}").as_bytes());
-        } else {
-            out.push(b);
-        }
-    }
-    out.push(b':');
-    out
-}
-
-#[cfg(all(test, feature = "tower", feature = "redis"))]
-mod tests {
-    use super::policy_prefix;
-
-    #[test]
-    fn policy_prefixes_escape_what_would_route_or_collide() {
-        assert_eq!(
-            policy_prefix(b"flowguard:", "default:per-second"),
-            b"flowguard:default:per-second:"
-        );
-        assert_eq!(
-            policy_prefix(b"p:", "{t}:a=b#%\n"),
-            b"p:%7Bt%7D:a%3Db%23%25%0A:"
-        );
-        assert_ne!(policy_prefix(b"p:", "%7B"), policy_prefix(b"p:", "{"));
-    }
-}

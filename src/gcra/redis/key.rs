@@ -67,10 +67,10 @@ impl KeySpace {
             && !(self.hash_tags && key.contains(&b'}'));
         let digest;
         let (marker, body) = if verbatim {
-            (b'=', key)
+            (VERBATIM, key)
         } else {
             digest = sha1_smol::Sha1::from(key).digest().to_string();
-            (b'#', digest.as_bytes())
+            (DIGEST, digest.as_bytes())
         };
         let mut out = Vec::with_capacity(self.prefix.len() + 3 + body.len());
         out.extend_from_slice(&self.prefix);
@@ -93,7 +93,32 @@ impl KeySpace {
     pub(crate) fn prefix(&self) -> &[u8] {
         &self.prefix
     }
+
+    /// The prefix of a key space of its own for the limit `name` under this one:
+    /// `prefix ‖ name ‖ ":"`, with `%`, `{`, `}`, the markers (`=`, `#`) and control bytes of
+    /// the name written `%XX`. Injective, and it never names keys of this key space itself
+    /// (`prefix ‖ "="` or `prefix ‖ "#"`): the escaped name holds neither marker and ends before
+    /// the first of them.
+    pub(crate) fn limit_prefix(&self, name: &str) -> Vec<u8> {
+        let mut out = Vec::with_capacity(self.prefix.len() + name.len() + 1);
+        out.extend_from_slice(&self.prefix);
+        for &b in name.as_bytes() {
+            if matches!(b, b'%' | b'{' | b'}' | VERBATIM | DIGEST) || b.is_ascii_control() {
+                out.extend_from_slice(format!("%{b:02X}").as_bytes());
+            } else {
+                out.push(b);
+            }
+        }
+        out.push(b':');
+        out
+    }
 }
+
+/// The byte after the prefix of a key kept as the user gave it.
+const VERBATIM: u8 = b'=';
+
+/// The byte after the prefix of a key replaced by its digest.
+const DIGEST: u8 = b'#';
 
 #[cfg(test)]
 mod tests {
@@ -101,6 +126,19 @@ mod tests {
 
     fn space(prefix: &str) -> KeySpace {
         KeySpace::new(prefix.as_bytes().to_vec(), false).unwrap()
+    }
+
+    #[test]
+    fn limit_prefixes_escape_what_would_route_or_collide() {
+        assert_eq!(
+            space("flowguard:").limit_prefix("default:per-second"),
+            b"flowguard:default:per-second:"
+        );
+        assert_eq!(
+            space("p:").limit_prefix("{t}:a=b#%\n"),
+            b"p:%7Bt%7D:a%3Db%23%25%0A:"
+        );
+        assert_ne!(space("p:").limit_prefix("%7B"), space("p:").limit_prefix("{"));
     }
 
     #[test]

@@ -412,6 +412,15 @@ impl RedisStore {
     }
 
     /// [`with_prefix`](Self::with_prefix), with or without a hash tag around each user key.
+    /// A store over the same connection whose keys are a space of their own for the limit
+    /// `name` under this store's prefix (`prefix ‖ escaped name ‖ ":"`, see the module's Keys
+    /// section), hash-tagged unless this prefix holds a tag of its own: one identity's keys under
+    /// several limits then share a slot. The guard keeps each policy of a quota layer so.
+    pub(crate) fn for_limit(&self, name: &str) -> Result<RedisStore, ConfigError> {
+        let tagged_prefix = self.keys.prefix().contains(&b'{');
+        self.with_keys(self.keys.limit_prefix(name), !tagged_prefix)
+    }
+
     pub(crate) fn with_keys(
         &self,
         prefix: Vec<u8>,
