@@ -223,4 +223,3 @@ fn remote_set(
     }
     Ok(Arc::new(RemoteLimitSet::new(limiters)))
 }
-

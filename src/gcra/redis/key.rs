@@ -99,6 +99,7 @@ impl KeySpace {
     /// the name written `%XX`. Injective, and it never names keys of this key space itself
     /// (`prefix ‖ "="` or `prefix ‖ "#"`): the escaped name holds neither marker and ends before
     /// the first of them.
+    #[cfg(feature = "tower")]
     pub(crate) fn limit_prefix(&self, name: &str) -> Vec<u8> {
         let mut out = Vec::with_capacity(self.prefix.len() + name.len() + 1);
         out.extend_from_slice(&self.prefix);
@@ -128,6 +129,7 @@ mod tests {
         KeySpace::new(prefix.as_bytes().to_vec(), false).unwrap()
     }
 
+    #[cfg(feature = "tower")]
     #[test]
     fn limit_prefixes_escape_what_would_route_or_collide() {
         assert_eq!(
@@ -138,7 +140,10 @@ mod tests {
             space("p:").limit_prefix("{t}:a=b#%\n"),
             b"p:%7Bt%7D:a%3Db%23%25%0A:"
         );
-        assert_ne!(space("p:").limit_prefix("%7B"), space("p:").limit_prefix("{"));
+        assert_ne!(
+            space("p:").limit_prefix("%7B"),
+            space("p:").limit_prefix("{")
+        );
     }
 
     #[test]

@@ -416,6 +416,7 @@ impl RedisStore {
     /// `name` under this store's prefix (`prefix ‖ escaped name ‖ ":"`, see the module's Keys
     /// section), hash-tagged unless this prefix holds a tag of its own: one identity's keys under
     /// several limits then share a slot. The guard keeps each policy of a quota layer so.
+    #[cfg(feature = "tower")]
     pub(crate) fn for_limit(&self, name: &str) -> Result<RedisStore, ConfigError> {
         let tagged_prefix = self.keys.prefix().contains(&b'{');
         self.with_keys(self.keys.limit_prefix(name), !tagged_prefix)
