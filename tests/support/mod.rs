@@ -224,31 +224,20 @@ impl RedisServer {
     /// the server has executed since it started or its stats were reset (`CONFIG RESETSTAT`),
     /// as Redis counts them (`INFO commandstats`).
     pub fn script_calls(&self) -> u64 {
-        let field = |line: &str, name: &str| -> u64 {
-            line.split(',')
-                .find_map(|f| f.rsplit_once(name)?.1.parse().ok())
-                .unwrap_or(0)
-        };
-        self.cli(&["INFO", "commandstats"])
-            .lines()
-            .filter(|l| l.starts_with("cmdstat_evalsha:") || l.starts_with("cmdstat_eval:"))
-            .map(|l| field(l, "calls=") - field(l, "failed_calls="))
+        let stats = self.cli(&["INFO", "commandstats"]);
+        ["evalsha", "eval"]
+            .into_iter()
+            .map(|command| {
+                let (calls, failed) = command_stats(&stats, command);
+                calls - failed
+            })
             .sum()
     }
 
     /// How many times the server ran `command` (as `INFO commandstats` names it: `eval`,
     /// `evalsha`, `script|load`), and how many of those failed.
     pub fn command_calls(&self, command: &str) -> (u64, u64) {
-        let field = |line: &str, name: &str| -> u64 {
-            line.split(',')
-                .find_map(|f| f.rsplit_once(name)?.1.parse().ok())
-                .unwrap_or(0)
-        };
-        let prefix = format!("cmdstat_{command}:");
-        self.cli(&["INFO", "commandstats"])
-            .lines()
-            .find(|l| l.starts_with(&prefix))
-            .map_or((0, 0), |l| (field(l, "calls="), field(l, "failed_calls=")))
+        command_stats(&self.cli(&["INFO", "commandstats"]), command)
     }
 
     /// The last lines of the server's log.
@@ -505,4 +494,19 @@ fn pump(
             }
         }
     });
+}
+
+/// `command`'s calls and failed calls in the text of `INFO commandstats` (0 for a command the
+/// server never ran).
+fn command_stats(stats: &str, command: &str) -> (u64, u64) {
+    let field = |line: &str, name: &str| -> u64 {
+        line.split(',')
+            .find_map(|f| f.rsplit_once(name)?.1.parse().ok())
+            .unwrap_or(0)
+    };
+    let prefix = format!("cmdstat_{command}:");
+    stats
+        .lines()
+        .find(|l| l.starts_with(&prefix))
+        .map_or((0, 0), |l| (field(l, "calls="), field(l, "failed_calls=")))
 }
