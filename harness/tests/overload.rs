@@ -192,7 +192,7 @@ fn a_short_fleet_run_reports_every_instance_and_the_fleet() {
         "--rate",
         "150",
         "--limiter",
-        "fixed1,flowguard-fleet",
+        "fixed1,flowguard",
         "--workers",
         "2",
         "--service-ms",
@@ -206,7 +206,7 @@ fn a_short_fleet_run_reports_every_instance_and_the_fleet() {
         .iter()
         .map(|l| l["limiter"].as_str().expect("name"))
         .collect();
-    assert_eq!(names, ["fixed1", "flowguard-fleet"]);
+    assert_eq!(names, ["fixed1", "flowguard"]);
     for limiter in limiters {
         let instances = limiter["instances"].as_array().expect("instances");
         assert_eq!(instances.len(), 3, "{limiter}");

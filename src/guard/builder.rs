@@ -155,10 +155,9 @@ impl GuardBuilder {
     /// The concurrency limiter outbound calls take their permits from (default: [`Vegas`] with
     /// its defaults): built with [`Limiter::builder`] from any
     /// [`LimitAlgorithm`](crate::vegas::LimitAlgorithm), and shared with anything else holding
-    /// a clone of it. When every instance of the service runs a guard in front of the same
-    /// dependency, give it a Vegas in [fleet mode](crate::vegas::VegasBuilder::fleet)
-    /// (`Vegas::builder().fleet(true)`), so the instances share the dependency fairly with a
-    /// short queue.
+    /// a clone of it. The default needs no setting when every instance of the service runs a
+    /// guard in front of the same dependency: the instances share it fairly with a short queue
+    /// (see [`Vegas`], section "In a fleet").
     pub fn concurrency(mut self, limiter: Limiter) -> Self {
         self.concurrency = Some(limiter);
         self

@@ -4,9 +4,10 @@
 //! round-trip times, so a slowing dependency sheds load instead of building queues.
 //!
 //! - [`LimitAlgorithm`]: pure algorithms fed [`Sample`]s (RTT, in-flight at grant, [`Outcome`]):
-//!   [`Vegas`] (recommended; in [fleet mode](VegasBuilder::fleet) when every instance of a
-//!   service limits its calls to one shared dependency), [`Aimd`], [`Gradient`], [`Fixed`]. Each
-//!   is built with its builder ([`Vegas::builder`]) or with defaults ([`Vegas::new`]).
+//!   [`Vegas`] (recommended; its defaults share a dependency fairly when every instance of a
+//!   service limits its calls to it, see [`Vegas`], section "In a fleet"), [`Aimd`],
+//!   [`Gradient`], [`Fixed`]. Each is built with its builder ([`Vegas::builder`]) or with
+//!   defaults ([`Vegas::new`]).
 //! - [`Limiter`]: `try_acquire` / `acquire(timeout)` (FIFO or LIFO), RAII [`Permit`]s that
 //!   borrow the limiter ([`OwnedPermit`]s from the `_owned` forms move into spawned tasks),
 //!   [partitions](LimiterBuilder::partition) with guaranteed shares, RTT [`LimiterSnapshot`]s

@@ -51,7 +51,7 @@ use tokio::process::{Child, Command};
 #[command(
     name = "overload",
     override_usage = format!(
-        "overload [--backend URL] [--limiter all|none,fixedN,flowguard,flowguard-fleet,tower-acc] [--seconds S] \
+        "overload [--backend URL] [--limiter all|none,fixedN,flowguard,tower-acc] [--seconds S] \
          [--overload X | --rate R] [--deadline-ms MS] [--wait-ms MS] [--seed N] [--json] [--fleet N] \
          [--workers N] [--service-ms S] [--step-at SEC|none] [--step-to MS] [--workers-to M]\n       \
          overload backend {BACKEND_USAGE}"
@@ -98,8 +98,7 @@ struct Cli {
     json: bool,
     /// Runs N instances (2 to 8) in this process, each with its own limiter and HTTP client,
     /// sharing one backend: staggered starts, the last one joins at a third of the run, the first
-    /// leaves at two thirds (`--limiter all` then means fixed1, fixed4, flowguard,
-    /// flowguard-fleet, tower-acc)
+    /// leaves at two thirds (`--limiter all` then means fixed1, fixed4, flowguard, tower-acc)
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u8).range(2..=8))]
     fleet: Option<u8>,
     #[command(flatten)]

@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use flowguard::Guard;
 use flowguard::vegas::layer::AdaptiveConcurrencyService;
-use flowguard::vegas::{HttpClassifier, Limiter, Shed, Vegas};
+use flowguard::vegas::{HttpClassifier, Limiter, Shed};
 use tokio::time::Instant;
 use tower::{Layer, Service, ServiceExt};
 
@@ -28,9 +28,6 @@ pub enum LimiterKind {
     /// flowguard's outbound layer, as a `Guard` hands it out: its default Vegas limiter, the
     /// same wait for a permit as the others.
     Flowguard,
-    /// flowguard's outbound layer over a Vegas limiter in fleet mode
-    /// (`Vegas::builder().fleet(true)`), for a backend shared with other instances.
-    FlowguardFleet,
     /// tower-acc 0.1's `ConcurrencyLimit` with its default Vegas.
     TowerAcc,
 }
@@ -47,12 +44,11 @@ impl LimiterKind {
 
     /// The limiters a fleet run compares when `--limiter all`: fixed limits of 1 (they add up to
     /// the worker count for 4 instances) and 4 per instance, the guard's default outbound layer,
-    /// the same in fleet mode, and tower-acc.
-    pub const FLEET: [LimiterKind; 5] = [
+    /// and tower-acc.
+    pub const FLEET: [LimiterKind; 4] = [
         LimiterKind::Fixed(1),
         LimiterKind::Fixed(4),
         LimiterKind::Flowguard,
-        LimiterKind::FlowguardFleet,
         LimiterKind::TowerAcc,
     ];
 
@@ -63,7 +59,6 @@ impl LimiterKind {
             Self::None => "none".into(),
             Self::Fixed(n) => format!("fixed{n}"),
             Self::Flowguard => "flowguard".into(),
-            Self::FlowguardFleet => "flowguard-fleet".into(),
             Self::TowerAcc => "tower-acc".into(),
         }
     }
@@ -80,12 +75,11 @@ impl LimiterKind {
         match name {
             "none" => Ok(Self::None),
             "flowguard" => Ok(Self::Flowguard),
-            "flowguard-fleet" => Ok(Self::FlowguardFleet),
             "tower-acc" => Ok(Self::TowerAcc),
             _ => match name.strip_prefix("fixed").map(str::parse::<usize>) {
                 Some(Ok(n)) if n >= 1 => Ok(Self::Fixed(n)),
                 _ => Err(format!(
-                    "unknown limiter `{name}`: use all, or a comma-separated list of none, fixedN (N >= 1), flowguard, flowguard-fleet, tower-acc"
+                    "unknown limiter `{name}`: use all, or a comma-separated list of none, fixedN (N >= 1), flowguard, tower-acc"
                 )),
             },
         }
@@ -241,17 +235,12 @@ impl Gate {
             LimiterKind::Fixed(n) => {
                 Admission::Fixed(tower::limit::ConcurrencyLimit::new(call, n), n)
             }
-            LimiterKind::Flowguard | LimiterKind::FlowguardFleet => {
-                let mut builder = Guard::builder().acquire_timeout(wait);
-                if kind == LimiterKind::FlowguardFleet {
-                    let vegas = Vegas::builder()
-                        .fleet(true)
-                        .build()
-                        .map_err(|e| e.to_string())?;
-                    let limiter = Limiter::builder(vegas).build().map_err(|e| e.to_string())?;
-                    builder = builder.concurrency(limiter);
-                }
-                let guard = builder.build().await.map_err(|e| e.to_string())?;
+            LimiterKind::Flowguard => {
+                let guard = Guard::builder()
+                    .acquire_timeout(wait)
+                    .build()
+                    .await
+                    .map_err(|e| e.to_string())?;
                 let service = guard.outbound_layer().layer(call.client.clone());
                 Admission::Flowguard(service, guard.concurrency().clone(), call.url.clone())
             }

@@ -151,11 +151,11 @@ pub(crate) struct CutReference {
 const STALE_MARGIN: f64 = 1.25;
 /// How much the RTT may rise after a cut and still count as "did not rise" (service-time noise).
 const RISE_TOLERANCE: f64 = 1.05;
-/// A cut or a probe reveals a stale baseline only if the RTT after it stays at least this share
-/// of the RTT before it: the concurrency fell and the RTT did not. In a fleet, one instance's cut
-/// shortens a shared queue by its share only (an eighth of it when one of four halves its
-/// limit): the RTT falls a little, but far less than the instance's own concurrency predicts,
-/// and that must not read as a stale baseline.
+/// A probe reveals a stale baseline only if the RTT at reduced concurrency stays at least this
+/// share of the RTT before it: the concurrency fell and the RTT did not. In a fleet, one
+/// instance's probe shortens a shared queue by its share only (an eighth of it when one of four
+/// halves its limit): the RTT falls a little, but far less than the instance's own concurrency
+/// predicts, and that must not raise its baseline to the others' queue.
 pub(crate) const INSENSITIVE: f64 = 0.95;
 /// The concurrency after the cut must be at most this share of the reference's.
 const CONCURRENCY_FALL: f64 = 0.9;
@@ -178,11 +178,10 @@ impl CutReference {
     /// Whether `after`, the window after the cut, shows that `base` is stale: concurrency fell,
     /// the RTT did not rise, and it stayed clearly above what a queue predicts,
     /// `max(base, low * after.in_flight / in_flight)`.
-    pub(crate) fn reveals_stale(&self, base: u64, after: &WindowSummary, fleet: bool) -> bool {
+    pub(crate) fn reveals_stale(&self, base: u64, after: &WindowSummary) -> bool {
         let (low, after_low) = (self.low as f64, after.low as f64);
         if after.mean_in_flight > CONCURRENCY_FALL * self.in_flight
             || after_low > RISE_TOLERANCE * low
-            || (fleet && after_low < INSENSITIVE * low)
         {
             return false;
         }
@@ -191,31 +190,25 @@ impl CutReference {
     }
 }
 
-/// The unloaded-RTT estimate, in nanoseconds: the lowest window low seen over a horizon of
-/// time, kept as two halves (the current one and the one before it), so that what an instance
-/// once measured is forgotten within a horizon.
+/// The unloaded-RTT estimate, in nanoseconds: the lowest window low seen since it was last
+/// re-learned.
 ///
-/// Time here is the time the windows spanned (`rounds x window low`, computed from the samples,
-/// never read from a clock). Instances that share a dependency see the same RTTs over the same
-/// horizon, so their baselines agree, whatever each saw before: one that learned a queue as its
-/// baseline (it started while the queue stood) forgets it, and one whose dependency got slower
-/// re-learns its service time, within a horizon.
+/// It never rises by itself. A baseline that expired with time (a windowed minimum) would creep
+/// up under any queue that stood for a whole window of time, and the band keeps a queue of a
+/// few percent of the RTT standing at all times: each expiry would take that queue into the
+/// baseline, and the queue would grow by as much again. It rises only when re-learned, at
+/// reduced concurrency: a probe whose RTT did not fall with the concurrency, or a cut that
+/// revealed a stale baseline (see [`CutReference`]).
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Baseline {
-    current_half: Option<u64>,
-    previous_half: Option<u64>,
-    /// Time spanned by the windows of the current half, in nanoseconds.
-    half_elapsed: f64,
+    estimate: Option<u64>,
     last_window: Option<u64>,
 }
 
 impl Baseline {
     /// The current estimate; `None` until the first window is complete.
     pub(crate) fn estimate(&self) -> Option<u64> {
-        match (self.current_half, self.previous_half) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        self.estimate
     }
 
     /// The low percentile of the last complete window (the recent RTT, not the baseline).
@@ -223,27 +216,20 @@ impl Baseline {
         self.last_window
     }
 
-    /// Takes a complete window's low percentile and the time it spanned; a half of the horizon
-    /// is `half_horizon` nanoseconds long. The estimate falls to the window low if it is lower
-    /// (or is set from it, for the first window); it rises only as old halves expire.
-    pub(crate) fn observe(&mut self, window_low: u64, spanned: f64, half_horizon: f64) {
+    /// Takes a complete window's low percentile: the estimate falls to it if it is lower (or is
+    /// set from it, for the first window).
+    pub(crate) fn observe(&mut self, window_low: u64) {
         self.last_window = Some(window_low);
-        self.current_half = Some(
-            self.current_half
-                .map_or(window_low, |current| current.min(window_low)),
+        self.estimate = Some(
+            self.estimate
+                .map_or(window_low, |base| base.min(window_low)),
         );
-        self.half_elapsed += spanned;
-        if self.half_elapsed >= half_horizon {
-            self.previous_half = self.current_half.take();
-            self.half_elapsed = 0.0;
-        }
     }
 
     /// Replaces the estimate with a re-learned value (from a probe, or a cut that revealed a
     /// stale baseline).
     pub(crate) fn relearn(&mut self, rtt_nanos: u64) {
-        self.current_half = Some(rtt_nanos.max(1));
-        self.previous_half = None;
+        self.estimate = Some(rtt_nanos.max(1));
     }
 
     /// Lowers the estimate to `rtt_nanos` if that is lower (a drain measured it).
@@ -327,9 +313,9 @@ mod tests {
             low: 20_000,
             in_flight: 8.0,
         };
-        assert!(!reference.reveals_stale(10_000, &window(12_500, 5.0), false));
+        assert!(!reference.reveals_stale(10_000, &window(12_500, 5.0)));
         // Down to the base: still a queue that is gone.
-        assert!(!reference.reveals_stale(10_000, &window(10_000, 3.0), false));
+        assert!(!reference.reveals_stale(10_000, &window(10_000, 3.0)));
     }
 
     #[test]
@@ -340,44 +326,29 @@ mod tests {
             low: 37_500,
             in_flight: 6.0,
         };
-        assert!(reference.reveals_stale(10_000, &window(25_000, 2.0), false));
+        assert!(reference.reveals_stale(10_000, &window(25_000, 2.0)));
         // Not if concurrency barely fell, or the RTT rose (a queue still building).
-        assert!(!reference.reveals_stale(10_000, &window(37_000, 5.8), false));
+        assert!(!reference.reveals_stale(10_000, &window(37_000, 5.8)));
         let rising = CutReference {
             low: 20_000,
             in_flight: 10.0,
         };
-        assert!(!rising.reveals_stale(10_000, &window(25_000, 5.0), false));
-        // In a fleet, only an RTT that did not fall: 4 in flight at 25 ms, then 2 at 25 ms.
+        assert!(!rising.reveals_stale(10_000, &window(25_000, 5.0)));
+        // An RTT that did not fall at all: 4 in flight at 25 ms, then 2 at 25 ms.
         let unqueued = CutReference {
             low: 25_000,
             in_flight: 4.0,
         };
-        assert!(unqueued.reveals_stale(10_000, &window(25_000, 2.0), true));
+        assert!(unqueued.reveals_stale(10_000, &window(25_000, 2.0)));
     }
 
     #[test]
-    fn in_a_fleet_a_shared_queue_that_shrinks_a_little_is_no_stale_base() {
-        // One of four instances halves its limit from 2 to 1: the shared queue of 8 calls in
-        // front of 4 slots of 10 ms shrinks to 7, from 20 ms to 17.5 ms. Its own concurrency
-        // predicts 10 ms, so alone it would read a stale baseline; the RTT fell, so in a fleet
-        // it is not one.
-        let reference = CutReference {
-            low: 20_000,
-            in_flight: 2.0,
-        };
-        assert!(reference.reveals_stale(10_000, &window(17_500, 1.0), false));
-        assert!(!reference.reveals_stale(10_000, &window(17_500, 1.0), true));
-    }
-
-    #[test]
-    fn estimate_falls_window_by_window_and_rises_only_when_relearned_or_expired() {
+    fn estimate_falls_window_by_window_and_rises_only_when_relearned() {
         let mut baseline = Baseline::default();
         assert_eq!(baseline.estimate(), None);
-        let half = 100.0;
-        baseline.observe(30, 10.0, half);
-        baseline.observe(10, 10.0, half);
-        baseline.observe(50, 10.0, half);
+        baseline.observe(30);
+        baseline.observe(10);
+        baseline.observe(50);
         assert_eq!(
             baseline.estimate(),
             Some(10),
@@ -390,10 +361,10 @@ mod tests {
         assert_eq!(baseline.estimate(), Some(40), "lower_to never raises it");
         baseline.lower_to(20);
         assert_eq!(baseline.estimate(), Some(20));
-        // Two halves of loaded windows later, the 20 is forgotten.
-        for _ in 0..20 {
-            baseline.observe(45, 10.0, half);
+        // However long loaded windows last, they never raise it: no creep.
+        for _ in 0..10_000 {
+            baseline.observe(45);
         }
-        assert_eq!(baseline.estimate(), Some(45));
+        assert_eq!(baseline.estimate(), Some(20));
     }
 }

@@ -74,8 +74,20 @@ impl LimitBounds {
     }
 }
 
+impl LimitBounds {
+    /// `[1, 1000]`, starting at the minimum: the default of [`Vegas`](super::Vegas), whose slow
+    /// start takes the limit up within a few rounds (an instance that joins a busy dependency
+    /// must not add a burst of calls to a queue the others share).
+    pub(crate) const STARTING_AT_MIN: Self = Self {
+        min: 1,
+        max: 1000,
+        initial: 1,
+    };
+}
+
 impl Default for LimitBounds {
-    /// `[1, 1000]`, starting at 20.
+    /// `[1, 1000]`, starting at 20 (the default of [`Aimd`](super::Aimd) and
+    /// [`Gradient`](super::Gradient); [`Vegas`](super::Vegas) starts at 1).
     fn default() -> Self {
         Self {
             min: 1,

@@ -7,8 +7,6 @@ use super::baseline::{
 use super::bounds::LimitBounds;
 use crate::vegas::error::{ConfigError, check_range};
 
-use std::time::Duration;
-
 /// The settings of a [`Vegas`] algorithm; see [`VegasBuilder`] for what each one does.
 #[derive(Debug, Clone, PartialEq)]
 struct Settings {
@@ -25,30 +23,24 @@ struct Settings {
     probe_ratio: f64,
     probe_samples: usize,
     stale_rounds: f64,
-    fleet: bool,
-    base_horizon: Duration,
-    drain_interval: Duration,
 }
 
 impl Default for Settings {
     fn default() -> Self {
         Self {
-            bounds: LimitBounds::default(),
+            bounds: LimitBounds::STARTING_AT_MIN,
             alpha: 3.0,
             beta: 6.0,
             log10_scaling: true,
-            max_queue_share: 0.2,
+            max_queue_share: 0.1,
             smoothing: 0.5,
             backoff_ratio: 0.5,
             growth_ratio: 0.25,
             baseline_window: 16,
             probe_interval: 500,
-            probe_ratio: 0.75,
-            probe_samples: 16,
+            probe_ratio: 0.5,
+            probe_samples: 8,
             stale_rounds: 4.0,
-            fleet: false,
-            base_horizon: Duration::from_secs(4),
-            drain_interval: Duration::from_secs(2),
         }
     }
 }
@@ -105,14 +97,6 @@ impl Settings {
                 });
             }
         }
-        for (field, value) in [
-            ("base_horizon", self.base_horizon),
-            ("drain_interval", self.drain_interval),
-        ] {
-            if value.is_zero() {
-                return Err(ConfigError::ZeroDuration { field });
-            }
-        }
         if self.probe_interval == 0 {
             return Err(ConfigError::ZeroCount {
                 field: "probe_interval",
@@ -143,7 +127,9 @@ pub struct VegasBuilder {
 }
 
 impl VegasBuilder {
-    /// Limit range and starting point (default [`LimitBounds::default`]).
+    /// Limit range and starting point (default `[1, 1000]` starting at 1: slow start takes the
+    /// limit up within a few rounds). An instance that starts high beside others in front of a
+    /// shared dependency adds that many calls at once to their queue.
     pub fn bounds(mut self, bounds: LimitBounds) -> Self {
         self.settings.bounds = bounds;
         self
@@ -170,10 +156,10 @@ impl VegasBuilder {
     }
 
     /// Caps `beta` at this share of the limit and `alpha` at half of it, in `(0, 1]`
-    /// (default 0.2). Below a limit of `alpha / (share / 2)` (30 by default) the band is this
-    /// share of the RTT: grow while the queue is under 10 % of the calls in flight, cut above
-    /// 20 %. Every instance sharing a dependency reads the same share from the same RTTs, so the
-    /// fleet's queue stays short whatever the number of instances.
+    /// (default 0.1). Below a limit of `alpha / (share / 2)` (60 by default) the band is this
+    /// share of the RTT: grow while under 5 % of the RTT is queueing, cut above 10 %. Every
+    /// instance sharing a dependency reads the same share from the same RTTs, so the fleet's
+    /// queue stays short whatever the number of instances.
     pub fn max_queue_share(mut self, share: f64) -> Self {
         self.settings.max_queue_share = share;
         self
@@ -186,15 +172,17 @@ impl VegasBuilder {
     }
 
     /// Factor applied to the limit on a dropped call, and the deepest one RTT-based cut goes, in
-    /// `(0, 1)` (default 0.5).
+    /// `(0, 1)` (default 0.5). An RTT-based cut takes the limit to the concurrency that leaves
+    /// `alpha` queued, multiplicatively, so instances sharing a dependency cut in proportion.
     pub fn backoff_ratio(mut self, ratio: f64) -> Self {
         self.settings.backoff_ratio = ratio;
         self
     }
 
-    /// Growth per round while no queue is measured, times `max(1, sqrt(limit))` (after slow
-    /// start), in `[0, 10]` (default 0.25). The growth is sub-linear in the limit, so that
-    /// instances sharing a dependency converge to equal limits (see [`Vegas`]).
+    /// Growth per round while no queue is measured, times `smoothing` and `max(1, sqrt(limit))`
+    /// (after slow start), in `[0, 10]` (default 0.25). The growth is additive at small limits
+    /// and sub-linear at large ones, never a share of the limit, so that instances sharing a
+    /// dependency converge to equal limits (see [`Vegas`]).
     pub fn growth_ratio(mut self, ratio: f64) -> Self {
         self.settings.growth_ratio = ratio;
         self
@@ -207,15 +195,16 @@ impl VegasBuilder {
         self
     }
 
-    /// Rounds (of `limit` samples) between periodic re-learning probes, at least 1
-    /// (default 500).
+    /// Rounds (of `limit` samples) between periodic probes, at least 1 (default 500). A periodic
+    /// probe lowers the limit to the concurrency at which the last window would not have queued
+    /// (none when nothing queued) and may only lower the baseline.
     pub fn probe_interval(mut self, rounds: usize) -> Self {
         self.settings.probe_interval = rounds;
         self
     }
 
-    /// The limit during a probe or a drain, as a share of the current limit, in `(0, 1)`
-    /// (default 0.5).
+    /// The limit during a probe that tests a suspected stale baseline, as a share of the current
+    /// limit, in `(0, 1)` (default 0.5); the least a periodic probe goes to.
     pub fn probe_ratio(mut self, ratio: f64) -> Self {
         self.settings.probe_ratio = ratio;
         self
@@ -233,53 +222,6 @@ impl VegasBuilder {
     /// window after each cut judges the baseline first (see [`Vegas`]).
     pub fn stale_rounds(mut self, rounds: f64) -> Self {
         self.settings.stale_rounds = rounds;
-        self
-    }
-
-    /// Fleet mode, for a dependency shared with other instances that run their own limiters
-    /// (default off): one shared queue signal, additive increase with multiplicative decrease,
-    /// a baseline that expires after [`base_horizon`](Self::base_horizon), and drains every
-    /// [`drain_interval`](Self::drain_interval); see [`Vegas`], section "In a fleet". Turning
-    /// it on starts the limit at the bounds' minimum rather than their initial limit (slow start
-    /// takes it up: a newcomer must not add `initial` calls at once to a queue the others share),
-    /// and sets `max_queue_share` to 0.1 (grow while under 5 % of the RTT is queueing,
-    /// cut above 10 %), `probe_ratio` to 0.5 and `probe_samples` to 8 (set them after this call
-    /// to choose others).
-    ///
-    /// ```
-    /// use flowguard::vegas::{Limiter, Vegas};
-    ///
-    /// // Each instance of the service, in front of a dependency the instances share:
-    /// let limiter = Limiter::builder(Vegas::builder().fleet(true).build()?).build()?;
-    /// # let _ = limiter;
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    pub fn fleet(mut self, on: bool) -> Self {
-        self.settings.fleet = on;
-        if on {
-            self.settings.max_queue_share = 0.1;
-            self.settings.probe_ratio = 0.5;
-            self.settings.probe_samples = 8;
-        }
-        self
-    }
-
-    /// In fleet mode, how long a measured RTT can serve as the baseline (default 4 s): the
-    /// baseline is the lowest window low of the last horizon, so a baseline learned while a
-    /// queue stood (an instance that started beside busy peers) is forgotten within it, and
-    /// instances sharing a dependency agree on it. Time is what the windows spanned, computed
-    /// from the samples. Zero is a [`ConfigError::ZeroDuration`].
-    pub fn base_horizon(mut self, horizon: Duration) -> Self {
-        self.settings.base_horizon = horizon;
-        self
-    }
-
-    /// In fleet mode, the most time between drains (default 2 s). In a drain the limit drops
-    /// to `probe_ratio` of itself for a short probe that measures the RTT at reduced
-    /// concurrency (see [`Vegas`]); it falls on the first RTT-based cut after half the interval,
-    /// and comes at the latest after the interval. Zero is a [`ConfigError::ZeroDuration`].
-    pub fn drain_interval(mut self, interval: Duration) -> Self {
-        self.settings.drain_interval = interval;
         self
     }
 
@@ -320,8 +262,8 @@ enum Phase {
 ///
 /// - **Robust baseline.** Samples are judged in windows (at least `baseline_window` successful
 ///   samples, or half the limit if larger). `rtt` is the window's low percentile and `rtt_base`
-///   the lowest window low of the last [`base_horizon`](VegasBuilder::base_horizon) (see
-///   `baseline.rs`): one lucky 1 us sample, or a burst of fast failures (dropped calls never
+///   the lowest window low since it was last re-learned (see `baseline.rs`): one lucky 1 us
+///   sample, or a burst of fast failures (dropped calls never
 ///   feed it), cannot poison it, and service-time jitter does not read as a queue.
 /// - **A slower dependency is not a queue.** A stale baseline (the dependency's service time rose,
 ///   its concurrency did not) reads exactly like a queue, and cutting on it would starve the
@@ -331,17 +273,18 @@ enum Phase {
 ///   after the cut no longer queue, their low percentile becomes the baseline and the limit
 ///   returns to where it was before the congestion (see `baseline.rs`). A window whose calls
 ///   were granted at mixed concurrency (a ramp) is never a reference.
-/// - **Re-learning without adopting a loaded sample.** A probe lowers the limit to
+/// - **Re-learning without adopting a loaded sample.** When the queue estimate stays above
+///   `beta` for `stale_rounds` rounds, or the dependency sped up, a probe lowers the limit to
 ///   `probe_ratio * limit`, skips one round, and takes the low percentile of samples granted
 ///   with at most that many calls in flight. It lowers the baseline; it raises it only if the RTT
-///   did not fall with the concurrency (a stale baseline, whose cuts are then undone). Probes run
-///   periodically, when the queue estimate stays above `beta` for `stale_rounds` rounds, and when
-///   the dependency sped up.
+///   did not fall with the concurrency (a stale baseline, whose cuts are then undone). A periodic
+///   probe goes only as low as the concurrency at which the last window would not have queued,
+///   and may only lower the baseline.
 /// - **Multiplicative cuts on drops**, at most once per round of calls, so a real overload halves
 ///   the load at once while a burst of fast failures costs one cut, not a collapse.
 /// - **Growth only when used**: only windows whose calls were granted with, on average,
 ///   `in_flight >= limit / 2` grow the limit. Until the first queue or drop is seen it grows by
-///   up to the whole limit per round (slow start).
+///   up to the whole limit per round (slow start), from the bounds' initial limit (1 by default).
 ///
 /// # In a fleet
 ///
@@ -351,46 +294,43 @@ enum Phase {
 /// are. Classic Vegas does neither. A flow that learns its `rtt_base` while a queue stands takes
 /// the queue for the baseline, sees no queue and grows (Mo, La, Anantharam and Walrand, 1999;
 /// Boutremans and Le Boudec, 2000). Each flow also keeps its own `alpha..beta` calls queued, so
-/// N flows queue N times that. And an additive-increase, additive-decrease rule keeps whatever
-/// split it starts from. Four choices answer this:
+/// N flows queue N times that. And a rule that grows in proportion to the limit keeps whatever
+/// split it starts from. Four choices answer this, with no setting to turn on (the instances
+/// need not know of each other):
 ///
-/// - **One shared signal.** For limits up to `alpha / (max_queue_share / 2)` (60 in fleet mode),
+/// - **One shared signal.** For limits up to `alpha / (max_queue_share / 2)` (60 by default),
 ///   the band is a share of the RTT: grow while `1 - rtt_base / rtt` is under
-///   `max_queue_share / 2` (5 %), cut above `max_queue_share` (10 %). Instances in front of one dependency see the same RTT, so they
-///   read the same signal and act together, and the queue it allows is a share of the RTT,
-///   not N times a per-instance count. There is no band floor of one call: a limit is a fraction
-///   (permits are its floor), so four instances can settle near one permit each in front of four
-///   workers.
+///   `max_queue_share / 2` (5 %), cut above `max_queue_share` (10 %). Instances in front of one
+///   dependency see the same RTT, so they read the same signal and act together, and the queue
+///   it allows is a share of the RTT, not N times a per-instance count. There is no band floor
+///   of one call: a limit is a fraction (permits are its floor), so four instances can settle
+///   near one permit each in front of four workers.
 /// - **Additive increase, multiplicative decrease** on that signal, which converges to equal
 ///   shares (Chiu and Jain, 1989): growth is `smoothing * growth_ratio * max(1, sqrt(limit))` per
 ///   round (additive at small limits, sub-linear at large ones, never a share of the limit), and
 ///   an RTT-based cut takes the limit down to the concurrency that leaves `alpha` queued,
 ///   `limit * (1 - queue_share) + alpha`, at most by `backoff_ratio`. Cutting every instance in
 ///   proportion empties the shared queue in one step.
-/// - **A baseline that expires.** `rtt_base` is the lowest window low of the last
-///   [`base_horizon`](VegasBuilder::base_horizon) (4 s), the windowed minimum of BBR: an
-///   instance that learned a queue as its baseline forgets it, and instances that share a
-///   dependency agree on the baseline, whatever each saw before. Time is what the windows
-///   spanned (rounds times their RTT): the algorithm reads no clock.
-/// - **Drains that line up without coordination.** The first RTT-based cut once half a
-///   [`drain_interval`](VegasBuilder::drain_interval) (2 s) has passed becomes a drain, and one
-///   comes at the latest after the interval: a probe at `probe_ratio` (0.5) of the limit, which
-///   may only lower the baseline (unless the RTT proves insensitive to concurrency, the stale
-///   case). As in BBR's ProbeRTT, instances drain together, so each sees the true minimum: cuts
-///   follow the shared signal, so the instances' drains fall on the same congestion event and
-///   their timers restart together. Envoy's adaptive concurrency filter re-measures the minimum
-///   RTT periodically at a small fixed concurrency, with jitter; jitter would spread the drains
-///   apart, which a fleet whose queue is shared cannot afford. Netflix's Gradient2 follows a
-///   long-term average RTT instead of a minimum, which creeps up with a standing queue.
-/// - **A newcomer starts small.** The limit starts at the bounds' minimum and slow start takes
-///   it up, rather than adding `initial` calls at once to a queue the others share.
-///
-/// The price, alone in front of a dependency: a drain halves the limit for a few rounds every
-/// 2 s, so the limit spends 4-6 % of the time below the dependency's concurrency (`vegas_sim
-/// --step`), where `Vegas::new()` spends under 1 %. That is why fleet mode is a setting.
+/// - **A baseline re-learned only at reduced concurrency.** A probe run by one instance, whose
+///   RTT still holds the others' queue, may only lower its baseline; it raises it only when the
+///   RTT did not fall at all with the concurrency (a slower dependency). So an instance does not
+///   take the fleet's queue for its unloaded RTT, and the windows that follow a cut lower any
+///   baseline learned while a queue stood. The baseline is not a windowed minimum that expires
+///   with time (BBR's, kept fresh by periodic drains to a small concurrency, as Envoy's adaptive
+///   concurrency filter re-measures its minimum RTT): without the drains, such a baseline
+///   creeps up with the queue the band keeps standing; with them, alone in front of a
+///   dependency, the limit spends 4-6 % of the time below the dependency's concurrency.
+///   Netflix's Gradient2 follows a long-term average RTT instead of a minimum, which creeps up
+///   with a standing queue too.
+/// - **A newcomer starts small.** The limit starts at 1 and slow start takes it up, rather than
+///   adding a burst of calls at once to a queue the others share.
 ///
 /// Measured in `vegas_sim --fleet` (4 workers at 10 ms, 3x overload, 2 to 8 instances, a late
-/// joiner and one leaving): see `docs/PERFORMANCE.md`.
+/// joiner and one leaving), in `overload --fleet 4` on real sockets, and alone in front of a
+/// dependency whose capacity steps (`vegas_sim --step`): see `docs/PERFORMANCE.md`. Fairness
+/// holds best where every instance offers more than its share; the limits are whole permits, so
+/// more instances than the dependency has workers hold at least one permit each and queue the
+/// rest.
 ///
 /// ```
 /// use flowguard::vegas::{LimitAlgorithm, Outcome, Sample, Vegas};
@@ -432,8 +372,6 @@ pub struct Vegas {
     cut_reference: Option<CutReference>,
     /// No queue or drop seen yet: grow by the whole limit per round, like TCP slow start.
     slow_start: bool,
-    /// Time spanned by windows since the last drain, in nanoseconds.
-    since_drain: f64,
 }
 
 impl Vegas {
@@ -445,20 +383,15 @@ impl Vegas {
     }
 
     /// The builder with defaults (`Vegas::builder().build()`, which cannot fail): limits in
-    /// `[1, 1000]` starting at 20, `alpha` 3, `beta` 6, log10 scaling on.
+    /// `[1, 1000]` starting at 1, `alpha` 3, `beta` 6 (capped at 5 % and 10 % of the limit),
+    /// log10 scaling on.
     pub fn new() -> Self {
         Self::with(Settings::default())
     }
 
     /// A Vegas algorithm with validated `config`.
     fn with(config: Settings) -> Self {
-        // In a fleet, a newcomer starts at the least limit and slow start takes it up: starting
-        // at `initial` would add that many calls at once to a queue the others share.
-        let start = if config.fleet {
-            config.bounds.min()
-        } else {
-            config.bounds.initial()
-        };
+        let start = config.bounds.initial();
         Self {
             estimate: start as f64,
             current: start,
@@ -475,7 +408,6 @@ impl Vegas {
             limit_before_congestion: start as f64,
             cut_reference: None,
             slow_start: true,
-            since_drain: 0.0,
             config,
         }
     }
@@ -502,28 +434,53 @@ impl Vegas {
         // Never tolerate a queue above a share of the limit: 3..6 queued calls are a small delay
         // in front of 100 slots but a large one in front of 10.
         let cap = self.estimate * self.config.max_queue_share;
+        // For small limits, a share of the RTT, the same for every instance sharing a dependency.
         let alpha = (self.config.alpha * scale).min(cap / 2.0);
         let beta = self.config.beta * scale;
-        if self.config.fleet {
-            // A share of the RTT for small limits, the same for every instance.
-            return (alpha, beta.min(cap));
-        }
-        // But keep the band at least one call wide (up to the configured beta): a queue is a
-        // whole number of calls, and a narrower band holds none of them, so a small limit would
-        // swing between growing and shrinking around it.
-        (alpha, beta.min(cap).max(beta.min(alpha + 1.0)))
+        (alpha, beta.min(cap))
     }
 
     fn set_estimate(&mut self, value: f64) {
         self.estimate = self.config.bounds.clamp_f64(value);
     }
 
+    /// A probe of a suspected stale baseline (or of a dependency that sped up), at
+    /// `probe_ratio` of the limit.
     #[inline(never)]
     fn start_probe(&mut self, stale: bool) {
         let probe_limit = self
             .config
             .bounds
             .clamp(self.estimate * self.config.probe_ratio);
+        self.enter_probe(probe_limit, stale);
+    }
+
+    /// A periodic probe: down to the concurrency at which the last window would not have queued
+    /// (`current * rtt_base / rtt`, rounded up), at least `probe_ratio` of the limit, and none
+    /// when nothing queued. Alone in front of a dependency, that concurrency is the dependency's
+    /// own, so the probe does not leave it idle; in a fleet, the instances read the same queue
+    /// share and remove it together.
+    #[inline(never)]
+    fn start_periodic_probe(&mut self) {
+        self.samples_since_probe = 0;
+        let (Some(base), Some(recent)) = (self.baseline.estimate(), self.baseline.last_window())
+        else {
+            return;
+        };
+        let unqueued = self.current as f64 * base as f64 / recent.max(1) as f64;
+        // The tolerance keeps a window a hair slower than the baseline (jitter) from counting as
+        // a whole call queued.
+        let unqueued = (unqueued - 0.05).ceil();
+        let probe_limit = self
+            .config
+            .bounds
+            .clamp(unqueued.max(self.estimate * self.config.probe_ratio));
+        if probe_limit < self.current {
+            self.enter_probe(probe_limit, false);
+        }
+    }
+
+    fn enter_probe(&mut self, probe_limit: usize, stale: bool) {
         self.probe_buffer.clear();
         self.phase = Phase::Probing {
             restore: self.estimate,
@@ -586,9 +543,8 @@ impl Vegas {
             let learned = low_percentile(&mut self.probe_buffer);
             // RTT did not fall when concurrency did: the congestion was a stale baseline, not a
             // queue, so the cuts made since it began were wrong and are undone.
-            let least = if self.config.fleet { INSENSITIVE } else { 0.9 };
             let insensitive = match (learned, self.baseline.last_window()) {
-                (Some(learned), Some(recent)) => learned as f64 >= least * recent as f64,
+                (Some(learned), Some(recent)) => learned as f64 >= INSENSITIVE * recent as f64,
                 _ => false,
             };
             if stale && insensitive {
@@ -598,9 +554,7 @@ impl Vegas {
             // concurrency (a stale baseline). Otherwise a probe run alone in a fleet, whose RTT
             // still holds the others' queue, would take that queue for the baseline.
             match learned {
-                Some(rtt) if (stale && insensitive) || !self.config.fleet => {
-                    self.baseline.relearn(rtt)
-                }
+                Some(rtt) if stale && insensitive => self.baseline.relearn(rtt),
                 Some(rtt) => self.baseline.lower_to(rtt),
                 None => {}
             }
@@ -626,7 +580,7 @@ impl Vegas {
         }
         // Not while a cut is being judged: that window is a probe already.
         if self.samples_since_probe >= self.probe_after && self.cut_reference.is_none() {
-            self.start_probe(self.congested_rounds > 0.0);
+            self.start_periodic_probe();
             changed = true;
         }
         changed
@@ -641,22 +595,12 @@ impl Vegas {
             .estimate()
             .is_some_and(|base| (window.low as f64) < 0.8 * base as f64);
         let rounds = window.samples as f64 / window.mean_in_flight.max(1.0);
-        let spanned = rounds * window.low as f64;
-        self.since_drain += spanned;
-        self.baseline.observe(
-            window.low,
-            spanned,
-            if self.config.fleet {
-                self.config.base_horizon.as_secs_f64() * 0.5e9
-            } else {
-                f64::INFINITY
-            },
-        );
+        self.baseline.observe(window.low);
         let Some(base) = self.baseline.estimate() else {
             return;
         };
         if let Some(reference) = self.cut_reference.take()
-            && reference.reveals_stale(base, window, self.config.fleet)
+            && reference.reveals_stale(base, window)
         {
             // The cut did not shorten the RTT: the dependency got slower, it is not queueing.
             // Adopt the RTT after the cut (taken at reduced concurrency) as the baseline and undo
@@ -677,7 +621,7 @@ impl Vegas {
                 let headroom = (alpha - queue) / alpha;
                 if self.slow_start {
                     self.config.smoothing * (target - queue).max(limit * headroom) * rounds
-                } else if self.config.fleet {
+                } else {
                     // Sub-linear growth per round: additive at small limits, sqrt(limit) at
                     // large ones, so that instances converge to equal limits.
                     self.config.smoothing
@@ -685,11 +629,6 @@ impl Vegas {
                         * limit.sqrt().max(1.0)
                         * headroom
                         * rounds
-                } else {
-                    // Far below alpha, grow by a share of the limit; near alpha, by what is
-                    // missing.
-                    let growth = limit * self.config.growth_ratio * headroom;
-                    self.config.smoothing * (target - queue).max(growth) * rounds
                 }
             } else {
                 0.0
@@ -701,17 +640,10 @@ impl Vegas {
             }
             self.congested_rounds += rounds;
             self.cut_reference = CutReference::of(window);
-            if self.config.fleet {
-                // Multiplicative: down to the concurrency that leaves `alpha` queued, at most by
-                // `backoff_ratio`. Every instance in front of the dependency cuts in proportion,
-                // which empties the shared queue in one step.
-                -((queue - alpha).min(limit * (1.0 - self.config.backoff_ratio)))
-            } else {
-                // Each round the queue persists, remove `smoothing` of what remains of it: over
-                // the window's rounds that compounds to less than the whole excess, so one
-                // window never cuts below the concurrency the dependency was measured to serve.
-                (target - queue) * (1.0 - (1.0 - self.config.smoothing).powf(rounds))
-            }
+            // Multiplicative: down to the concurrency that leaves `alpha` queued, at most by
+            // `backoff_ratio`. Every instance in front of the dependency cuts in proportion,
+            // which empties the shared queue in one step.
+            -((queue - alpha).min(limit * (1.0 - self.config.backoff_ratio)))
         } else {
             self.slow_start = false;
             self.congested_rounds = 0.0;
@@ -722,18 +654,8 @@ impl Vegas {
         // concurrency the cut chose, with no further reduction.
         let stale =
             self.congested_rounds >= self.config.stale_rounds && self.cut_reference.is_none();
-        // Drains fall on a cut (which the instances sharing the dependency make together) once
-        // half the interval has passed, and come at the latest after the interval.
-        let interval = self.config.drain_interval.as_secs_f64() * 1e9;
-        let drain = self.config.fleet
-            && (self.since_drain >= interval
-                || (change < 0.0 && self.since_drain >= interval / 2.0));
         if sped_up || stale {
             self.start_probe(self.congested_rounds > 0.0);
-        } else if drain {
-            self.since_drain = 0.0;
-            self.cut_reference = None;
-            self.start_probe(true);
         }
     }
 }

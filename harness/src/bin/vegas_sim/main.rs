@@ -450,10 +450,10 @@ fn json(reports: &[Report]) -> String {
 /// With `--fleet`, it runs the fleet scenario instead (see `fleet.rs`): N instances (default 4),
 /// each with a limiter of its own, share one backend of 4 workers at 10 ms behind an unbounded
 /// queue, offered 3x its capacity in total; they start 1 s apart, the last one joins at 10 s and
-/// the first one leaves at 20 s. For vegas, aimd, gradient and fixed limits of 1 and 4 per
-/// instance (vegas is `Vegas::builder().fleet(true)`, vegas solo `Vegas::new()`) it prints goodput, Jain's index over the instances' goodput while all are up, the
-/// worst p99, timeouts, the sum of the limits, the time the late joiner took to hold 80 % of its
-/// fair share, and per-instance figures.
+/// the first one leaves at 20 s. For vegas (`Vegas::new()`), aimd, gradient and fixed limits of
+/// 1 and 4 per instance it prints goodput, Jain's index over the instances' goodput while all
+/// are up, the worst p99, timeouts, the sum of the limits, the time the late joiner took to hold
+/// 80 % of its fair share, and per-instance figures.
 #[derive(Parser)]
 #[command(verbatim_doc_comment, args_override_self = true)]
 struct Args {
@@ -558,15 +558,11 @@ fn main() -> Result<(), Box<dyn Error>> {
 /// A limit algorithm and the name its report goes by.
 type NamedAlgorithm = (String, Box<dyn LimitAlgorithm>);
 
-/// The limiters compared in the step scenarios: every algorithm with its defaults, Vegas in
-/// fleet mode, and fixed limits of 4 and 16.
+/// The limiters compared in the step scenarios: every algorithm with its defaults, and fixed
+/// limits of 4 and 16.
 fn step_limiters() -> Result<Vec<NamedAlgorithm>, Box<dyn Error>> {
     Ok(vec![
         ("vegas".into(), Box::new(Vegas::new())),
-        (
-            "vegas fleet".into(),
-            Box::new(Vegas::builder().fleet(true).build()?),
-        ),
         ("aimd".into(), Box::new(Aimd::new())),
         ("gradient".into(), Box::new(Gradient::new())),
         ("fixed 4".into(), Box::new(Fixed::new(4)?)),
@@ -588,14 +584,7 @@ type Factory = Box<dyn Fn() -> Result<Box<dyn LimitAlgorithm>, Box<dyn Error>>>;
 /// limits of 1 (the limits add up to the worker count) and 4 per instance.
 fn fleet_limiters() -> Vec<(String, Factory)> {
     vec![
-        (
-            "vegas".into(),
-            Box::new(|| Ok(Box::new(Vegas::builder().fleet(true).build()?) as _)),
-        ),
-        (
-            "vegas solo".into(),
-            Box::new(|| Ok(Box::new(Vegas::new()) as _)),
-        ),
+        ("vegas".into(), Box::new(|| Ok(Box::new(Vegas::new()) as _))),
         ("aimd".into(), Box::new(|| Ok(Box::new(Aimd::new()) as _))),
         (
             "gradient".into(),
@@ -678,10 +667,10 @@ mod tests {
         }
     }
 
-    /// The fleet targets, in simulation, for Vegas in fleet mode: 4 instances at 3x overload,
-    /// staggered, a late joiner and one leaving, over two seeds.
+    /// The fleet targets, in simulation, for Vegas with its defaults: 4 instances at 3x
+    /// overload, staggered, a late joiner and one leaving, over two seeds.
     #[test]
-    fn vegas_in_fleet_mode_shares_fairly_with_a_short_queue() {
+    fn vegas_shares_fairly_in_a_fleet_with_a_short_queue() {
         for seed in [7, 11] {
             let scenario = fleet::FleetScenario::standard(4, seed);
             let reports = run_fleet(&scenario).unwrap();
