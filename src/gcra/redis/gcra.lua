@@ -243,8 +243,9 @@ if fast then
   if spends and fresh_fits then
     fresh_value, fresh_ttl = encode(fresh, fresh_frac, now, extra_ttl, den, memo, format)
   end
+  local keys = KEYS
   for i = 1, n do
-    local key = KEYS[i]
+    local key = keys[i]
     local stored = written and written[key] or read[i]
     if not stored then
       -- No key, or one of another type (MGET answers nil for both): SET .. GET writes the
@@ -263,7 +264,22 @@ if fast then
       if failed then out[k + 1] = -3 else out[k + 1] = now end
       k = k + 1
     else
-      local tat, tat_frac, normalized = state(stored, den, horizon, window_frac, now, find, match, tonumber)
+      local tat, tat_frac, normalized
+      local len = #stored
+      if len > 0 and len <= 15 and not find(stored, '%D') then
+        -- state(), inlined for the common value: a whole number of microseconds of at most 15
+        -- digits (below 2^53).
+        local whole, frac = tonumber(stored), 0
+        normalized = false
+        if whole > horizon then whole, frac, normalized = horizon, window_frac, true end
+        if whole > now or (whole == now and frac > 0) then
+          tat, tat_frac = whole, frac
+        else
+          tat, tat_frac = now, 0
+        end
+      else
+        tat, tat_frac, normalized = state(stored, den, horizon, window_frac, now, find, match, tonumber)
+      end
       if not tat then
         out[k + 1] = -1
         k = k + 1
@@ -277,7 +293,20 @@ if fast then
         if spends and (fits or normalized) then
           local w, f = tat, tat_frac
           if fits then w, f = cand, cand_frac end
-          local value, ttl = encode(w, f, now, extra_ttl, den, memo, format)
+          local value, ttl
+          if f == 0 then
+            -- encode(), inlined for a whole number of microseconds.
+            local ttl_us = w - now
+            local part = ttl_us % 1000
+            local ttl_ms = (ttl_us - part) / 1000 + extra_ttl
+            if part > 0 then ttl_ms = ttl_ms + 1 end
+            if ttl_ms < 1 then ttl_ms = 1 end
+            if ttl_ms ~= memo[3] then memo[3], memo[4] = ttl_ms, format('%d', ttl_ms) end
+            if w ~= memo[1] then memo[1], memo[2] = w, format('%d', w) end
+            value, ttl = memo[2], memo[4]
+          else
+            value, ttl = encode(w, f, now, extra_ttl, den, memo, format)
+          end
           local done = pcall('SET', key, value, 'PX', ttl)
           failed = done.err
           if not failed then
