@@ -6,6 +6,8 @@
 --            't' (tolerant) each request as if alone; a request whose GET or SET fails (a key of
 --                           another type, a key this node does not serve, ...) is not decided:
 --                           status 3, nothing changed, and the others go on
+--            'u'            't' for declared keys the client knows to be all distinct: the common
+--                           path keeps no record of its writes (no key is named again to read it)
 --            'a' (all)      all or nothing: allowed only if every request fits (the same key twice
 --                           sums its costs); then every key is written, otherwise none
 -- ARGV[2]  n, the number of requests
@@ -74,6 +76,8 @@ local call, pcall = redis.call, redis.pcall
 local CHUNK = 256
 
 local mode, n, r = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
+local distinct = mode == 'u'
+if distinct then mode = 't' end
 if not (n and r) or n < 1 or r < 1 or (mode ~= 't' and mode ~= 'a') then
   return {2}
 end
@@ -254,7 +258,7 @@ if fast then
       if fresh_value then
         local done = pcall('SET', key, fresh_value, 'PX', fresh_ttl, 'GET')
         failed = done and done.err
-        if not failed then
+        if not (failed or distinct) then
           if not written then written = {} end
           written[key] = fresh_value
         end
@@ -309,7 +313,7 @@ if fast then
           end
           local done = pcall('SET', key, value, 'PX', ttl)
           failed = done.err
-          if not failed then
+          if not (failed or distinct) then
             if not written then written = {} end
             written[key] = value
           end
