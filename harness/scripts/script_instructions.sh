@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # Server instructions per decision of flowguard's scripts (src/gcra/redis/lone.lua for a decision
-# alone, src/gcra/redis/gcra.lua for a coalesced call) and per call of the naive reference script (harness/scripts/naive_gcra.lua), counted by valgrind's callgrind in
-# a private redis-server on a free loopback port (started here, stopped on exit).
+# alone, src/gcra/redis/gcra.lua for a coalesced call), per call of the naive reference script
+# (harness/scripts/naive_gcra.lua) and per decision of the floor of a coalesced call on this data
+# layout (harness/scripts/floor_gcra.lua: one MGET, one SET .. PX per key, values given by the
+# client; the floor with SET .. PX .. GET too), counted by valgrind's callgrind in a private
+# redis-server on a free loopback port (started here, stopped on exit).
 #
 # Unlike INFO commandstats time, an instruction count does not move when other processes share
 # the machine, so a change to the script can be priced on a busy machine. The figure is the
@@ -16,9 +19,10 @@
 # nothing of it is in this repository) and counts its native CL.THROTTLE too (the module
 # command's inclusive count, RedisModuleCommandDispatcher, 100/s burst 100 as the scripts).
 #
-# Prints one line per workload: the naive script (one decision per call), flowguard alone (lone.lua,
-# one decision per call) and flowguard coalesced (gcra.lua in mode 't', --batch decisions per
-# call), then the ratios of flowguard's to the naive script's.
+# Prints one line per workload: the naive script (one decision per call), flowguard alone
+# (lone.lua, one decision per call), flowguard coalesced (gcra.lua in mode 'u', distinct keys,
+# --batch decisions per call) and the floors (--batch keys per call), then the ratios to the naive
+# script's.
 # Needs valgrind (callgrind_control, callgrind_annotate), redis-server and redis-benchmark.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -76,6 +80,7 @@ measure() {
 naive=$(redis-cli -p "$port" script load "$(cat harness/scripts/naive_gcra.lua)")
 lone=$(redis-cli -p "$port" script load "$(cat src/gcra/redis/lone.lua)")
 flowguard=$(redis-cli -p "$port" script load "$(cat src/gcra/redis/gcra.lua)")
+floor=$(redis-cli -p "$port" script load "$(cat harness/scripts/floor_gcra.lua)")
 # lone.lua's arguments: n*T = 10 ms, B*T = 1 s (server time, whole microseconds).
 lone_args=(10000 1000000)
 # gcra.lua's arguments after the mode and n: one rule (den 1, B*T = 1 s, server time, no extra
@@ -87,25 +92,34 @@ case "$reply" in
   [0-9]*" "[0-9]*) ;;
   *) echo "script_instructions.sh: lone.lua did not decide: $reply" >&2; exit 1 ;;
 esac
-reply=$(redis-cli -p "$port" EVALSHA "$flowguard" 2 probe probe2 t 2 "${args[@]}" | tr '\n' ' ')
+reply=$(redis-cli -p "$port" EVALSHA "$flowguard" 2 probe probe2 u 2 "${args[@]}" | tr '\n' ' ')
 case "$reply" in
   [0-9]*" "[0-9]*" "[0-9]*" ") ;;
   *) echo "script_instructions.sh: gcra.lua did not decide: $reply" >&2; exit 1 ;;
 esac
-batch_keys=()
-for _ in $(seq "$batch"); do batch_keys+=("k:__rand_int__"); done
+batch_keys=() floor_values=() floor_ttls=()
+for i in $(seq "$batch"); do
+  batch_keys+=("k:__rand_int__")
+  # What gcra.lua writes under this workload: a fresh key's TAT 10 ms after now (14 digits), 10 ms.
+  floor_values+=("$((96000000000000 + i))")
+  floor_ttls+=(10)
+done
 
 naive_ir=$(measure 1 EVALSHA "$naive" 1 "k:__rand_int__" 1764495532.123456 0.01 100 1)
 lone_ir=$(measure 1 EVALSHA "$lone" 1 "k:__rand_int__" "${lone_args[@]}")
-coalesced_ir=$(measure "$batch" EVALSHA "$flowguard" "$batch" "${batch_keys[@]}" t "$batch" "${args[@]}")
+coalesced_ir=$(measure "$batch" EVALSHA "$flowguard" "$batch" "${batch_keys[@]}" u "$batch" "${args[@]}")
+floor_ir=$(measure "$batch" EVALSHA "$floor" "$batch" "${batch_keys[@]}" set "${floor_values[@]}" "${floor_ttls[@]}")
+floor_get_ir=$(measure "$batch" EVALSHA "$floor" "$batch" "${batch_keys[@]}" get "${floor_values[@]}" "${floor_ttls[@]}")
 echo "naive script: $naive_ir instructions per decision ($calls calls of 1)"
 echo "flowguard alone: $lone_ir instructions per decision ($calls calls of 1)"
 echo "flowguard coalesced: $coalesced_ir instructions per decision ($calls calls of $batch)"
-awk -v n="$naive_ir" -v l="$lone_ir" -v c="$coalesced_ir" \
-  'BEGIN { printf "ratios to the naive script: alone %.3fx, coalesced %.3fx\n", l / n, c / n }'
+echo "floor of a coalesced call: $floor_ir instructions per decision ($calls calls of $batch)"
+echo "floor with SET .. GET: $floor_get_ir instructions per decision ($calls calls of $batch)"
+awk -v n="$naive_ir" -v l="$lone_ir" -v c="$coalesced_ir" -v f="$floor_ir" -v g="$floor_get_ir" \
+  'BEGIN { printf "ratios to the naive script: alone %.3fx, coalesced %.3fx, floor %.3fx, floor with GET %.3fx; coalesced/floor with GET %.3fx\n", l / n, c / n, f / n, g / n, c / g }'
 if [ -n "$module" ]; then
   cell_ir=$(measure 1 CL.THROTTLE "k:__rand_int__" 99 100 1 1)
   echo "redis-cell CL.THROTTLE: $cell_ir instructions per decision ($calls calls of 1)"
-  awk -v n="$naive_ir" -v l="$lone_ir" -v c="$coalesced_ir" -v m="$cell_ir" \
-    'BEGIN { printf "ratios to CL.THROTTLE: naive %.3fx, alone %.3fx, coalesced %.3fx\n", n / m, l / m, c / m }'
+  awk -v n="$naive_ir" -v l="$lone_ir" -v c="$coalesced_ir" -v f="$floor_ir" -v g="$floor_get_ir" -v m="$cell_ir" \
+    'BEGIN { printf "ratios to CL.THROTTLE: naive %.3fx, alone %.3fx, coalesced %.3fx, floor %.3fx, floor with GET %.3fx\n", n / m, l / m, c / m, f / m, g / m }'
 fi
