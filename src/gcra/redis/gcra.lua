@@ -182,7 +182,7 @@ end
 -- not a GCRA state.
 local function state(stored, den, horizon, window_frac, now, find, match, tonumber)
   local whole, frac, over
-  if #stored <= 16 and #stored > 0 and not find(stored, '%D') then
+  if #stored <= 16 and find(stored, '^%d+$') then
     whole, frac, over = tonumber(stored), 0, den
   elseif #stored <= 50 then
     local w, f, d = match(stored, '^(%d+)%+(%d+)/(%d+)$')
@@ -270,7 +270,7 @@ if fast then
     else
       local tat, tat_frac, normalized
       local len = #stored
-      if len > 0 and len <= 15 and not find(stored, '%D') then
+      if len <= 15 and find(stored, '^%d+$') then
         -- state(), inlined for the common value: a whole number of microseconds of at most 15
         -- digits (below 2^53).
         local whole, frac = tonumber(stored), 0
