@@ -160,7 +160,7 @@ local function select_kind(kind, server_now, q, r, kind_arg, out, mode, tonumber
     if at == '' then
       if not server_now then
         local t = call('TIME')
-        server_now = (tonumber(t[1]) - 1700000000) * 1000000 + tonumber(t[2])
+        server_now = (t[1] - 1700000000) * 1000000 + t[2]
       end
       at = server_now
     else
@@ -180,14 +180,14 @@ end
 -- The TAT a stored value gives under a rule (den, horizon, window_frac, now): tat, tat_frac
 -- (max(stored, now)) and whether the value was beyond the horizon (normalized); nil when it is
 -- not a GCRA state.
-local function state(stored, den, horizon, window_frac, now, find, match, tonumber)
+local function state(stored, den, horizon, window_frac, now, find, match)
   local whole, frac, over
   if #stored <= 16 and find(stored, '^%d+$') then
-    whole, frac, over = tonumber(stored), 0, den
+    whole, frac, over = stored + 0, 0, den
   elseif #stored <= 50 then
     local w, f, d = match(stored, '^(%d+)%+(%d+)/(%d+)$')
     if w and #w <= 16 and #f <= 16 and #d <= 16 then
-      whole, frac, over = tonumber(w), tonumber(f), tonumber(d)
+      whole, frac, over = w + 0, f + 0, d + 0
     end
   end
   if not whole or whole >= 9007199254740992 or over >= 9007199254740992 or frac >= over then
@@ -273,7 +273,7 @@ if fast then
       if len <= 15 and find(stored, '^%d+$') then
         -- state(), inlined for the common value: a whole number of microseconds of at most 15
         -- digits (below 2^53).
-        local whole, frac = tonumber(stored), 0
+        local whole, frac = stored + 0, 0
         normalized = false
         if whole > horizon then whole, frac, normalized = horizon, window_frac, true end
         if whole > now or (whole == now and frac > 0) then
@@ -282,7 +282,7 @@ if fast then
           tat, tat_frac = now, 0
         end
       else
-        tat, tat_frac, normalized = state(stored, den, horizon, window_frac, now, find, match, tonumber)
+        tat, tat_frac, normalized = state(stored, den, horizon, window_frac, now, find, match)
       end
       if not tat then
         out[k + 1] = -1
@@ -371,7 +371,7 @@ for i = 1, n do
         end
       end
       if status == 0 and stored then
-        tat, tat_frac, normalized = state(stored, den, horizon, window_frac, now, find, match, tonumber)
+        tat, tat_frac, normalized = state(stored, den, horizon, window_frac, now, find, match)
         if not tat then status, tat, tat_frac = 1, 0, 0 end
       end
       base, base_frac = tat, tat_frac
