@@ -40,8 +40,12 @@
 #   floor-get   EVALSHA floor_gcra.lua get, --batch keys
 #                                                    the same with SET .. PX ttl GET, which
 #                                                    costs a script less (see floor_gcra.lua)
-# The figure is INFO commandstats usec_per_call of the command, per decision; ratios are taken
-# within a round (the machine may be shared), and the best round of each is printed too.
+# Two figures per decision: INFO commandstats usec_per_call of the command (wall time inside the
+# command, which a busy machine inflates whenever it preempts the server mid-call, and a call of
+# 32 decisions is preempted more often than a call of one), and the server's main thread CPU time
+# over the whole run (INFO cpu used_cpu_user_main_thread + used_cpu_sys_main_thread: everything
+# the server did, reading and answering the requests too, but not time spent preempted). Ratios
+# are taken within a round (the machine may be shared), and the best round of each is printed too.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
@@ -159,12 +163,12 @@ run() {
   esac
   redis-benchmark -p "$port" -q -c "$clients" -P "$pipeline" -n "$calls" -r "$keys" "$@" >/dev/null
 }
-# summary TITLE NAME=US...: the figures, then the ratios this issue is about.
+# summary TITLE NAME=US=LABEL...: the figures, then the ratios this issue is about.
 summary() {
   local title=$1; shift
   awk -v title="$title" -v have_cell="$cell" 'BEGIN {
     for (i = 1; i < ARGC; i++) { split(ARGV[i], kv, "="); us[kv[1]] = kv[2]; what[kv[1]] = kv[3] }
-    line = title ", us per decision:"
+    line = title ":"
     n = split("cell naive lone coalesced floor floor-get", order, " ")
     for (i = 1; i <= n; i++) if (order[i] in us) line = line sprintf(" %s %.2f,", what[order[i]], us[order[i]])
     line = line sprintf(" lone/naive %.3f, coalesced/naive %.3f, floor/naive %.3f, floor-get/naive %.3f, coalesced/floor-get %.3f",
@@ -177,14 +181,26 @@ summary() {
   }' "$@"
 }
 
-declare -A best
+# The server's main thread CPU time so far, in seconds (user + system, from getrusage).
+cpu_seconds() {
+  cli info cpu | tr -d '\r' | awk -F: '/^used_cpu_(sys|user)_main_thread:/ { s += $2 } END { printf "%.6f", s }'
+}
+
+declare -A best best_cpu
 for round in $(seq "$rounds"); do
-  declare -A us=()
+  declare -A us=() cpu=()
   for i in $(seq 0 $((${#names[@]} - 1))); do
     name=${names[$(((i + round - 1) % ${#names[@]}))]}
     cli flushall >/dev/null
     cli config resetstat >/dev/null
+    before=$(cpu_seconds)
     run "$name"
+    after=$(cpu_seconds)
+    cpu[$name]=$(awk -v a="$after" -v b="$before" -v n="$(((requests / per_call[$name]) * per_call[$name]))" \
+      'BEGIN { printf "%.3f", (a - b) * 1e6 / n }')
+    if [ -z "${best_cpu[$name]:-}" ] || awk -v a="${cpu[$name]}" -v b="${best_cpu[$name]}" 'BEGIN { exit !(a < b) }'; then
+      best_cpu[$name]=${cpu[$name]}
+    fi
     usec=$(cli info commandstats | tr -d '\r' |
       sed -nE "s/^cmdstat_${stat[$name]}:.*usec_per_call=([0-9.]+).*/\\1/p")
     [ -n "$usec" ] || { echo "cell_bench.sh: no cmdstat_${stat[$name]} after $name" >&2; exit 1; }
@@ -193,10 +209,18 @@ for round in $(seq "$rounds"); do
       best[$name]=${us[$name]}
     fi
   done
-  args=()
-  for name in "${names[@]}"; do args+=("$name=${us[$name]}=${label[$name]}"); done
-  summary "round $round" "${args[@]}"
+  args=() cpu_args=()
+  for name in "${names[@]}"; do
+    args+=("$name=${us[$name]}=${label[$name]}")
+    cpu_args+=("$name=${cpu[$name]}=${label[$name]}")
+  done
+  summary "round $round, commandstats us per decision" "${args[@]}"
+  summary "round $round, server CPU us per decision" "${cpu_args[@]}"
 done
-args=()
-for name in "${names[@]}"; do args+=("$name=${best[$name]}=${label[$name]}"); done
-summary "best rounds" "${args[@]}"
+args=() cpu_args=()
+for name in "${names[@]}"; do
+  args+=("$name=${best[$name]}=${label[$name]}")
+  cpu_args+=("$name=${best_cpu[$name]}=${label[$name]}")
+done
+summary "best rounds, commandstats us per decision" "${args[@]}"
+summary "best rounds, server CPU us per decision" "${cpu_args[@]}"

@@ -13,7 +13,13 @@
 # decisions, with random keys among --keys (100/s burst 100: every decision allowed, as in
 # redis_load's default workload).
 #
-#   harness/scripts/script_instructions.sh [--calls 300] [--batch 32] [--keys 100000] [--module PATH]
+#   harness/scripts/script_instructions.sh [--calls 300] [--batch 32] [--keys 100000] [--stored]
+#                                          [--module PATH]
+#
+# --stored: a quota of one per 10 s, burst 100 (T = 10 s, B*T = 1,000 s) instead of 100/s, so a
+# key's TTL is 10 s or more and a key decided before is still there: with --keys 1000 nearly
+# every decision reads and parses a stored value (the default quota's 10 ms TTLs expire between
+# calls under valgrind, so nearly every key is new). Every decision is still allowed.
 #
 # --module PATH loads redis-cell (a built libredis_cell.so, see cell_bench.sh for building one;
 # nothing of it is in this repository) and counts its native CL.THROTTLE too (the module
@@ -27,13 +33,14 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
-calls=300 batch=32 keys=100000 module=""
+calls=300 batch=32 keys=100000 module="" stored=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --calls) calls=$2; shift 2 ;;
     --batch) batch=$2; shift 2 ;;
     --keys) keys=$2; shift 2 ;;
     --module) module=$2; shift 2 ;;
+    --stored) stored=1; shift ;;
     *) echo "script_instructions.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -81,11 +88,16 @@ naive=$(redis-cli -p "$port" script load "$(cat harness/scripts/naive_gcra.lua)"
 lone=$(redis-cli -p "$port" script load "$(cat src/gcra/redis/lone.lua)")
 flowguard=$(redis-cli -p "$port" script load "$(cat src/gcra/redis/gcra.lua)")
 floor=$(redis-cli -p "$port" script load "$(cat harness/scripts/floor_gcra.lua)")
-# lone.lua's arguments: n*T = 10 ms, B*T = 1 s (server time, whole microseconds).
-lone_args=(10000 1000000)
-# gcra.lua's arguments after the mode and n: one rule (den 1, B*T = 1 s, server time, no extra
-# TTL), one kind (rule 1, T = 10 ms).
-args=(1 1 1000000 0 "" 0 1 1 10000 0)
+# The quota: T and B*T in microseconds (100/s, burst 100; --stored: one per 10 s, burst 100), the
+# naive script's T in seconds and redis-cell's rate (per period in seconds).
+t_us=10000 naive_t=0.01 cell_rate=(100 1)
+if [ "$stored" = 1 ]; then t_us=10000000 naive_t=10 cell_rate=(1 10); fi
+window_us=$((t_us * 100))
+# lone.lua's arguments: n*T, B*T (server time, whole microseconds).
+lone_args=("$t_us" "$window_us")
+# gcra.lua's arguments after the mode and n: one rule (den 1, B*T, server time, no extra TTL),
+# one kind (rule 1, T).
+args=(1 1 "$window_us" 0 "" 0 1 1 "$t_us" 0)
 # One real decision of each first: the time (and a TAT) back, or the arguments are wrong.
 reply=$(redis-cli -p "$port" EVALSHA "$lone" 1 probe "${lone_args[@]}")
 case "$reply" in
@@ -100,12 +112,12 @@ esac
 batch_keys=() floor_values=() floor_ttls=()
 for i in $(seq "$batch"); do
   batch_keys+=("k:__rand_int__")
-  # What gcra.lua writes under this workload: a fresh key's TAT 10 ms after now (14 digits), 10 ms.
+  # What gcra.lua writes for a fresh key under this quota: its TAT T after now (14 digits), T in ms.
   floor_values+=("$((96000000000000 + i))")
-  floor_ttls+=(10)
+  floor_ttls+=("$((t_us / 1000))")
 done
 
-naive_ir=$(measure 1 EVALSHA "$naive" 1 "k:__rand_int__" 1764495532.123456 0.01 100 1)
+naive_ir=$(measure 1 EVALSHA "$naive" 1 "k:__rand_int__" 1764495532.123456 "$naive_t" 100 1)
 lone_ir=$(measure 1 EVALSHA "$lone" 1 "k:__rand_int__" "${lone_args[@]}")
 coalesced_ir=$(measure "$batch" EVALSHA "$flowguard" "$batch" "${batch_keys[@]}" u "$batch" "${args[@]}")
 floor_ir=$(measure "$batch" EVALSHA "$floor" "$batch" "${batch_keys[@]}" set "${floor_values[@]}" "${floor_ttls[@]}")
@@ -118,7 +130,7 @@ echo "floor with SET .. GET: $floor_get_ir instructions per decision ($calls cal
 awk -v n="$naive_ir" -v l="$lone_ir" -v c="$coalesced_ir" -v f="$floor_ir" -v g="$floor_get_ir" \
   'BEGIN { printf "ratios to the naive script: alone %.3fx, coalesced %.3fx, floor %.3fx, floor with GET %.3fx; coalesced/floor with GET %.3fx\n", l / n, c / n, f / n, g / n, c / g }'
 if [ -n "$module" ]; then
-  cell_ir=$(measure 1 CL.THROTTLE "k:__rand_int__" 99 100 1 1)
+  cell_ir=$(measure 1 CL.THROTTLE "k:__rand_int__" 99 "${cell_rate[@]}" 1)
   echo "redis-cell CL.THROTTLE: $cell_ir instructions per decision ($calls calls of 1)"
   awk -v n="$naive_ir" -v l="$lone_ir" -v c="$coalesced_ir" -v f="$floor_ir" -v g="$floor_get_ir" -v m="$cell_ir" \
     'BEGIN { printf "ratios to CL.THROTTLE: naive %.3fx, alone %.3fx, coalesced %.3fx, floor %.3fx, floor with GET %.3fx\n", n / m, l / m, c / m, f / m, g / m }'
