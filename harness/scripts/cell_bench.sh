@@ -186,6 +186,25 @@ cpu_seconds() {
   cli info cpu | tr -d '\r' | awk -F: '/^used_cpu_(sys|user)_main_thread:/ { s += $2 } END { printf "%.6f", s }'
 }
 
+# lower ARRAY NAME VALUE: ARRAY[NAME]=VALUE when it has no value yet or a higher one.
+lower() {
+  local -n into=$1
+  if [ -z "${into[$2]:-}" ] || awk -v a="$3" -v b="${into[$2]}" 'BEGIN { exit !(a < b) }'; then
+    into[$2]=$3
+  fi
+}
+# report TITLE US CPU: the summaries of the figures in the arrays named US and CPU.
+report() {
+  local -n of_us=$2 of_cpu=$3
+  local us_args=() cpu_args=() name
+  for name in "${names[@]}"; do
+    us_args+=("$name=${of_us[$name]}=${label[$name]}")
+    cpu_args+=("$name=${of_cpu[$name]}=${label[$name]}")
+  done
+  summary "$1, commandstats us per decision" "${us_args[@]}"
+  summary "$1, server CPU us per decision" "${cpu_args[@]}"
+}
+
 declare -A best best_cpu
 for round in $(seq "$rounds"); do
   declare -A us=() cpu=()
@@ -198,29 +217,13 @@ for round in $(seq "$rounds"); do
     after=$(cpu_seconds)
     cpu[$name]=$(awk -v a="$after" -v b="$before" -v n="$(((requests / per_call[$name]) * per_call[$name]))" \
       'BEGIN { printf "%.3f", (a - b) * 1e6 / n }')
-    if [ -z "${best_cpu[$name]:-}" ] || awk -v a="${cpu[$name]}" -v b="${best_cpu[$name]}" 'BEGIN { exit !(a < b) }'; then
-      best_cpu[$name]=${cpu[$name]}
-    fi
     usec=$(cli info commandstats | tr -d '\r' |
       sed -nE "s/^cmdstat_${stat[$name]}:.*usec_per_call=([0-9.]+).*/\\1/p")
     [ -n "$usec" ] || { echo "cell_bench.sh: no cmdstat_${stat[$name]} after $name" >&2; exit 1; }
     us[$name]=$(awk -v u="$usec" -v n="${per_call[$name]}" 'BEGIN { printf "%.3f", u / n }')
-    if [ -z "${best[$name]:-}" ] || awk -v a="${us[$name]}" -v b="${best[$name]}" 'BEGIN { exit !(a < b) }'; then
-      best[$name]=${us[$name]}
-    fi
+    lower best "$name" "${us[$name]}"
+    lower best_cpu "$name" "${cpu[$name]}"
   done
-  args=() cpu_args=()
-  for name in "${names[@]}"; do
-    args+=("$name=${us[$name]}=${label[$name]}")
-    cpu_args+=("$name=${cpu[$name]}=${label[$name]}")
-  done
-  summary "round $round, commandstats us per decision" "${args[@]}"
-  summary "round $round, server CPU us per decision" "${cpu_args[@]}"
+  report "round $round" us cpu
 done
-args=() cpu_args=()
-for name in "${names[@]}"; do
-  args+=("$name=${best[$name]}=${label[$name]}")
-  cpu_args+=("$name=${best_cpu[$name]}=${label[$name]}")
-done
-summary "best rounds, commandstats us per decision" "${args[@]}"
-summary "best rounds, server CPU us per decision" "${cpu_args[@]}"
+report "best rounds" best best_cpu
