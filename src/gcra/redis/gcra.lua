@@ -247,7 +247,9 @@ if fast then
   if spends and fresh_fits then
     fresh_value, fresh_ttl = encode(fresh, fresh_frac, now, extra_ttl, den, memo, format)
   end
-  local keys = KEYS
+  -- state() reads no value under a denominator of 2^53 or more; the inlined copy below does
+  -- not look at den, so it runs only under a smaller one.
+  local keys, inline = KEYS, den < 9007199254740992
   for i = 1, n do
     local key = keys[i]
     local stored = written and written[key] or read[i]
@@ -270,7 +272,7 @@ if fast then
     else
       local tat, tat_frac, normalized
       local len = #stored
-      if len <= 15 and find(stored, '^%d+$') then
+      if inline and len <= 15 and find(stored, '^%d+$') then
         -- state(), inlined for the common value: a whole number of microseconds of at most 15
         -- digits (below 2^53).
         local whole, frac = stored + 0, 0
