@@ -329,22 +329,13 @@ fn every_way_through_a_call_decides_alike() {
             let case_no = cases.get() + 1;
             cases.set(case_no);
             let conn = &mut *conn.borrow_mut();
-            let alone = run(conn, &scripts, &format!("a{case_no}:"), &case, Way::Alone);
-            let lone = run(conn, &scripts, &format!("l{case_no}:"), &case, Way::Lone);
-            let fast = run(
-                conn,
-                &scripts,
-                &format!("f{case_no}:"),
-                &case,
-                Way::Together(1),
-            );
-            let general = run(
-                conn,
-                &scripts,
-                &format!("g{case_no}:"),
-                &case,
-                Way::Together(2),
-            );
+            let mut way = |prefix: &str, case: &Case, way: Way| {
+                run(conn, &scripts, &format!("{prefix}{case_no}:"), case, way)
+            };
+            let alone = way("a", &case, Way::Alone);
+            let lone = way("l", &case, Way::Lone);
+            let fast = way("f", &case, Way::Together(1));
+            let general = way("g", &case, Way::Together(2));
             same(&alone, &lone, &case)?;
             same(&alone, &fast, &case)?;
             same(&alone, &general, &case)?;
@@ -357,14 +348,8 @@ fn every_way_through_a_call_decides_alike() {
                 }
             }
             if once.requests.len() > 1 {
-                let alone = run(conn, &scripts, &format!("o{case_no}:"), &once, Way::Alone);
-                let distinct = run(
-                    conn,
-                    &scripts,
-                    &format!("d{case_no}:"),
-                    &once,
-                    Way::Distinct,
-                );
+                let alone = way("o", &once, Way::Alone);
+                let distinct = way("d", &once, Way::Distinct);
                 same(&alone, &distinct, &once)?;
             }
             Ok(())
