@@ -135,7 +135,7 @@ fn prepare(conn: &mut redis::Connection, prefix: &str, case: &Case) {
 
 /// One tolerant call of the given requests. `kinds`: 1 sends one kind for all of them (the
 /// coalesced loop of its own when there are several), 2 sends the same kind twice and a kind per
-/// request (the general loop).
+/// request (the general loop). `mode`: "t", or "u" for keys named once each.
 fn call(
     conn: &mut redis::Connection,
     script: &redis::Script,
@@ -143,13 +143,14 @@ fn call(
     case: &Case,
     requests: &[usize],
     kinds: usize,
+    mode: &str,
 ) -> Vec<i64> {
     let mut invocation = script.prepare_invoke();
     for &i in requests {
         invocation.key(key(prefix, i));
     }
     invocation
-        .arg("t")
+        .arg(mode)
         .arg(requests.len())
         .arg(1)
         .arg(case.den)
@@ -231,6 +232,9 @@ enum Way {
     Alone,
     /// All requests in one tolerant call of `kinds` kinds.
     Together(usize),
+    /// All requests in one tolerant call of one kind that says its keys are distinct (mode "u",
+    /// as the client sends when they are).
+    Distinct,
 }
 
 /// The case through one way.
@@ -245,11 +249,12 @@ fn run(
     let start = Instant::now();
     prepare(conn, prefix, case);
     let replies = match way {
-        Way::Together(kinds) => call(conn, script, prefix, case, &case.requests, kinds),
+        Way::Together(kinds) => call(conn, script, prefix, case, &case.requests, kinds, "t"),
+        Way::Distinct => call(conn, script, prefix, case, &case.requests, 1, "u"),
         Way::Alone => case
             .requests
             .iter()
-            .flat_map(|&i| call(conn, script, prefix, case, &[i], 1))
+            .flat_map(|&i| call(conn, script, prefix, case, &[i], 1, "t"))
             .collect(),
         Way::Lone => case
             .requests
@@ -324,25 +329,66 @@ fn every_way_through_a_call_decides_alike() {
             let case_no = cases.get() + 1;
             cases.set(case_no);
             let conn = &mut *conn.borrow_mut();
-            let alone = run(conn, &scripts, &format!("a{case_no}:"), &case, Way::Alone);
-            let lone = run(conn, &scripts, &format!("l{case_no}:"), &case, Way::Lone);
-            let fast = run(
-                conn,
-                &scripts,
-                &format!("f{case_no}:"),
-                &case,
-                Way::Together(1),
-            );
-            let general = run(
-                conn,
-                &scripts,
-                &format!("g{case_no}:"),
-                &case,
-                Way::Together(2),
-            );
+            let mut way = |prefix: &str, case: &Case, way: Way| {
+                run(conn, &scripts, &format!("{prefix}{case_no}:"), case, way)
+            };
+            let alone = way("a", &case, Way::Alone);
+            let lone = way("l", &case, Way::Lone);
+            let fast = way("f", &case, Way::Together(1));
+            let general = way("g", &case, Way::Together(2));
             same(&alone, &lone, &case)?;
             same(&alone, &fast, &case)?;
-            same(&alone, &general, &case)
+            same(&alone, &general, &case)?;
+            // The same keys, each named once (in order of first use), in a call that says so.
+            let mut once = case.clone();
+            once.requests.clear();
+            for &i in &case.requests {
+                if !once.requests.contains(&i) {
+                    once.requests.push(i);
+                }
+            }
+            if once.requests.len() > 1 {
+                let alone = way("o", &once, Way::Alone);
+                let distinct = way("d", &once, Way::Distinct);
+                same(&alone, &distinct, &once)?;
+            }
+            Ok(())
         })
         .unwrap();
+}
+
+/// A denominator of 2^53 or more is past the exact range: the script reads no stored value under
+/// it (status 1), in the common coalesced loop as in the general one, whichever the mode.
+#[test]
+fn no_stored_value_is_read_under_a_denominator_past_two_to_the_53() {
+    let server = RedisServer::start();
+    let mut conn = redis::Client::open(server.url())
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    let script = redis::Script::new(SCRIPT);
+    let case = Case {
+        den: 1 << 53,
+        window: 1_000_000,
+        window_frac: 0,
+        extra_ttl: 0,
+        step: 10_000,
+        step_frac: 0,
+        stored: vec![Stored::Whole(5_000), Stored::Nothing],
+        requests: vec![0, 1],
+    };
+    for (mode, kinds) in [("t", 1), ("u", 1), ("t", 2)] {
+        let prefix = format!("{mode}{kinds}:");
+        prepare(&mut conn, &prefix, &case);
+        let reply = call(
+            &mut conn,
+            &script,
+            &prefix,
+            &case,
+            &case.requests,
+            kinds,
+            mode,
+        );
+        assert_eq!(reply, vec![-1, NOW], "mode {mode}, {kinds} kinds");
+    }
 }

@@ -6,6 +6,8 @@
 --            't' (tolerant) each request as if alone; a request whose GET or SET fails (a key of
 --                           another type, a key this node does not serve, ...) is not decided:
 --                           status 3, nothing changed, and the others go on
+--            'u'            't' for declared keys the client knows to be all distinct: the common
+--                           path keeps no record of its writes (no key is named again to read it)
 --            'a' (all)      all or nothing: allowed only if every request fits (the same key twice
 --                           sums its costs); then every key is written, otherwise none
 -- ARGV[2]  n, the number of requests
@@ -74,6 +76,8 @@ local call, pcall = redis.call, redis.pcall
 local CHUNK = 256
 
 local mode, n, r = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
+local distinct = mode == 'u'
+if distinct then mode = 't' end
 if not (n and r) or n < 1 or r < 1 or (mode ~= 't' and mode ~= 'a') then
   return {2}
 end
@@ -156,7 +160,7 @@ local function select_kind(kind, server_now, q, r, kind_arg, out, mode, tonumber
     if at == '' then
       if not server_now then
         local t = call('TIME')
-        server_now = (tonumber(t[1]) - 1700000000) * 1000000 + tonumber(t[2])
+        server_now = (t[1] - 1700000000) * 1000000 + t[2]
       end
       at = server_now
     else
@@ -176,14 +180,14 @@ end
 -- The TAT a stored value gives under a rule (den, horizon, window_frac, now): tat, tat_frac
 -- (max(stored, now)) and whether the value was beyond the horizon (normalized); nil when it is
 -- not a GCRA state.
-local function state(stored, den, horizon, window_frac, now, find, match, tonumber)
+local function state(stored, den, horizon, window_frac, now, find, match)
   local whole, frac, over
-  if #stored <= 16 and #stored > 0 and not find(stored, '%D') then
-    whole, frac, over = tonumber(stored), 0, den
+  if #stored <= 16 and find(stored, '^%d+$') then
+    whole, frac, over = stored + 0, 0, den
   elseif #stored <= 50 then
     local w, f, d = match(stored, '^(%d+)%+(%d+)/(%d+)$')
     if w and #w <= 16 and #f <= 16 and #d <= 16 then
-      whole, frac, over = tonumber(w), tonumber(f), tonumber(d)
+      whole, frac, over = w + 0, f + 0, d + 0
     end
   end
   if not whole or whole >= 9007199254740992 or over >= 9007199254740992 or frac >= over then
@@ -243,8 +247,11 @@ if fast then
   if spends and fresh_fits then
     fresh_value, fresh_ttl = encode(fresh, fresh_frac, now, extra_ttl, den, memo, format)
   end
+  -- state() reads no value under a denominator of 2^53 or more; the inlined copy below does
+  -- not look at den, so it runs only under a smaller one.
+  local keys, inline = KEYS, den < 9007199254740992
   for i = 1, n do
-    local key = KEYS[i]
+    local key = keys[i]
     local stored = written and written[key] or read[i]
     if not stored then
       -- No key, or one of another type (MGET answers nil for both): SET .. GET writes the
@@ -253,7 +260,7 @@ if fast then
       if fresh_value then
         local done = pcall('SET', key, fresh_value, 'PX', fresh_ttl, 'GET')
         failed = done and done.err
-        if not failed then
+        if not (failed or distinct) then
           if not written then written = {} end
           written[key] = fresh_value
         end
@@ -263,7 +270,22 @@ if fast then
       if failed then out[k + 1] = -3 else out[k + 1] = now end
       k = k + 1
     else
-      local tat, tat_frac, normalized = state(stored, den, horizon, window_frac, now, find, match, tonumber)
+      local tat, tat_frac, normalized
+      local len = #stored
+      if inline and len <= 15 and find(stored, '^%d+$') then
+        -- state(), inlined for the common value: a whole number of microseconds of at most 15
+        -- digits (below 2^53).
+        local whole, frac = stored + 0, 0
+        normalized = false
+        if whole > horizon then whole, frac, normalized = horizon, window_frac, true end
+        if whole > now or (whole == now and frac > 0) then
+          tat, tat_frac = whole, frac
+        else
+          tat, tat_frac = now, 0
+        end
+      else
+        tat, tat_frac, normalized = state(stored, den, horizon, window_frac, now, find, match)
+      end
       if not tat then
         out[k + 1] = -1
         k = k + 1
@@ -277,10 +299,23 @@ if fast then
         if spends and (fits or normalized) then
           local w, f = tat, tat_frac
           if fits then w, f = cand, cand_frac end
-          local value, ttl = encode(w, f, now, extra_ttl, den, memo, format)
+          local value, ttl
+          if f == 0 then
+            -- encode(), inlined for a whole number of microseconds.
+            local ttl_us = w - now
+            local part = ttl_us % 1000
+            local ttl_ms = (ttl_us - part) / 1000 + extra_ttl
+            if part > 0 then ttl_ms = ttl_ms + 1 end
+            if ttl_ms < 1 then ttl_ms = 1 end
+            if ttl_ms ~= memo[3] then memo[3], memo[4] = ttl_ms, format('%d', ttl_ms) end
+            if w ~= memo[1] then memo[1], memo[2] = w, format('%d', w) end
+            value, ttl = memo[2], memo[4]
+          else
+            value, ttl = encode(w, f, now, extra_ttl, den, memo, format)
+          end
           local done = pcall('SET', key, value, 'PX', ttl)
           failed = done.err
-          if not failed then
+          if not (failed or distinct) then
             if not written then written = {} end
             written[key] = value
           end
@@ -338,7 +373,7 @@ for i = 1, n do
         end
       end
       if status == 0 and stored then
-        tat, tat_frac, normalized = state(stored, den, horizon, window_frac, now, find, match, tonumber)
+        tat, tat_frac, normalized = state(stored, den, horizon, window_frac, now, find, match)
         if not tat then status, tat, tat_frac = 1, 0, 0 end
       end
       base, base_frac = tat, tat_frac

@@ -57,7 +57,7 @@ local tat, tat_frac, normalized, text = now, 0, false, false
 local stored = redis.call('GET', key)
 if stored then
   local whole, frac, over, digits
-  if #stored <= 16 and #stored > 0 and not string.find(stored, '%D') then
+  if #stored <= 16 and string.find(stored, '^%d+$') then
     whole, frac, over, digits = stored + 0, 0, den, true
   elseif #stored <= 50 then
     local w, f, d = string.match(stored, '^(%d+)%+(%d+)/(%d+)$')

@@ -159,6 +159,12 @@ fn number<T: PartialEq>(known: &mut Vec<T>, item: T) -> usize {
     }
 }
 
+/// Whether no two of `requests` name the same key.
+fn distinct<'a>(requests: impl ExactSizeIterator<Item = &'a Request>) -> bool {
+    let mut seen = hashbrown::HashSet::with_capacity(requests.len());
+    requests.into_iter().all(|r| seen.insert(&r.key[..]))
+}
+
 /// `EVALSHA sha ...` (or `EVAL source ...`) deciding `requests` in `mode`, their keys named as
 /// `keys` says.
 pub(crate) fn command<'a>(
@@ -193,7 +199,15 @@ pub(crate) fn command<'a>(
             cmd.arg(0);
         }
     }
-    cmd.arg(mode.arg()).arg(n).arg(layout.rules.len());
+    // A tolerant call naming each of its declared keys once says so ("u"): the script's common
+    // path then keeps no record of its writes, which only a key named again would read.
+    let mode_arg = if mode == Mode::Tolerant && keys == Keys::Declared && distinct(requests.clone())
+    {
+        "u"
+    } else {
+        mode.arg()
+    };
+    cmd.arg(mode_arg).arg(n).arg(layout.rules.len());
     for (den, window, window_frac, now, extra_ttl) in layout.rules {
         cmd.arg(den).arg(window).arg(window_frac);
         match now {
@@ -598,6 +612,18 @@ mod tests {
         assert!(declared.ends_with(&format!(
             "$1\r\n2\r\n$1\r\nk\r\n$1\r\nk\r\n$1\r\nt\r\n$1\r\n2\r\n{rule}{kind}"
         )));
+        // The same call naming two distinct keys says so ("u"); under the cross-slot script
+        // (undeclared keys, which the script's common path does not take) it does not.
+        let other = Request::new(b"j".to_vec(), &g, 2, Some(7), 9).unwrap();
+        assert!(
+            packed(&[&explicit, &other], Keys::Declared).ends_with(&format!(
+                "$1\r\n2\r\n$1\r\nk\r\n$1\r\nj\r\n$1\r\nu\r\n$1\r\n2\r\n{rule}{kind}"
+            ))
+        );
+        assert!(
+            packed(&[&explicit, &other], Keys::Undeclared)
+                .contains(&format!("$1\r\nt\r\n$1\r\n2\r\n{rule}{kind}"))
+        );
         let undeclared = packed(&[&explicit, &explicit], Keys::Undeclared);
         assert!(undeclared.contains(CROSS_SLOT_SHA.as_str()));
         assert!(undeclared.ends_with(&format!(
