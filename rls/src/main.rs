@@ -164,6 +164,16 @@ struct Args {
         env = "FLOWGUARD_RLS_RELOAD_INTERVAL_MS"
     )]
     reload_interval_ms: u64,
+    /// Threads answering requests: by default one per core; 1 runs everything on one thread
+    /// (tokio's current-thread scheduler), which on a machine of few cores shared with other
+    /// work answers more requests per CPU second: one connection's answers leave in one write.
+    #[arg(
+        long,
+        value_name = "N",
+        value_parser = clap::value_parser!(u16).range(1..),
+        env = "FLOWGUARD_RLS_WORKER_THREADS"
+    )]
+    worker_threads: Option<u16>,
     /// Validate the configuration, print a summary and exit (0 valid, 2 invalid).
     #[arg(long)]
     check_config: bool,
@@ -215,10 +225,19 @@ fn main() -> ExitCode {
         eprintln!("flowguard-rls: {e}");
         return ExitCode::from(2);
     }
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
+    let built = match args.worker_threads {
+        Some(1) => tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build(),
+        Some(n) => tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(usize::from(n))
+            .enable_all()
+            .build(),
+        None => tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build(),
+    };
+    let runtime = match built {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("flowguard-rls: cannot start the runtime: {e}");

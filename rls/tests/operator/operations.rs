@@ -216,3 +216,23 @@ async fn options_can_be_set_by_environment_variables() {
     let log = rls.log_text();
     assert!(log.lines().all(|l| l.starts_with('{')), "JSON lines: {log}");
 }
+
+/// `--worker-threads 1` serves on one thread, with the same answers and the same debug
+/// endpoints; `0` is refused, naming the flag.
+#[tokio::test(flavor = "multi_thread")]
+async fn one_worker_thread_serves_the_same_answers() {
+    let rls = shop(&["--worker-threads", "1"]);
+    let mut client = rls.client().await;
+    let ip = request("shop", &[&[("remote_address", "10.0.0.1")]]);
+    let mut codes = Vec::new();
+    for _ in 0..4 {
+        codes.push(code(&ask(&mut client, ip.clone()).await));
+    }
+    assert_eq!(codes, [Code::Ok, Code::Ok, Code::Ok, Code::OverLimit]);
+    assert_eq!(rls.http("/healthcheck", None).await, (200, "OK\n".into()));
+    let config = support::ConfigDir::new(&[("shop.yaml", SHOP)]);
+    let dir = config.0.to_str().unwrap();
+    let (exit, stderr) = support::run_to_exit(&["--config", dir, "--worker-threads", "0"]);
+    assert_eq!(exit, Some(2), "{stderr}");
+    assert!(stderr.contains("--worker-threads"), "{stderr}");
+}
