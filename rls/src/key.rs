@@ -24,8 +24,21 @@ pub fn limiter_key<'e>(
     out
 }
 
+/// Appends `part` as its length in decimal, `:` and its bytes (the length written in place:
+/// no allocation per part).
 fn push(out: &mut Vec<u8>, part: &str) {
-    out.extend_from_slice(part.len().to_string().as_bytes());
+    let mut digits = [0u8; 20];
+    let mut at = digits.len();
+    let mut len = part.len();
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (len % 10) as u8;
+        len /= 10;
+        if len == 0 {
+            break;
+        }
+    }
+    out.extend_from_slice(&digits[at..]);
     out.push(b':');
     out.extend_from_slice(part.as_bytes());
 }
@@ -33,6 +46,15 @@ fn push(out: &mut Vec<u8>, part: &str) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn lengths_are_written_in_decimal() {
+        for len in [0, 1, 9, 10, 99, 100, 12_345] {
+            let part = "a".repeat(len);
+            let key = limiter_key(&part, []);
+            assert_eq!(key, format!("{len}:{part}").into_bytes());
+        }
+    }
 
     #[test]
     fn parts_cannot_run_into_each_other() {
@@ -43,6 +65,8 @@ mod tests {
             limiter_key("d2", [("a", "b")]),
             limiter_key("d", [("2:a", "b")]),
             limiter_key("d", []),
+            limiter_key(&"x".repeat(10), [("", "")]),
+            limiter_key("x", [("", ""), ("", "")]),
         ];
         for (i, a) in keys.iter().enumerate() {
             for b in &keys[i + 1..] {

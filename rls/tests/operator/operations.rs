@@ -146,6 +146,8 @@ async fn an_unknown_domain_is_warned_about_once_and_counted() {
         Some(4.0),
         "{scrape}"
     );
+    // No label carries a name that came from a request.
+    assert!(!scrape.contains("domain=\"shopp\""), "{scrape}");
     let log = rls.log_text();
     let warned = |domain: &str| {
         log.lines()
