@@ -22,6 +22,7 @@ use flowguard::headers::HeaderStyle;
 use flowguard_rls::backend::{Backend, OnFailure, OpenError, RedisConfig, StoreConfig};
 use flowguard_rls::debug::{self, Debug, Health};
 use flowguard_rls::logging::{self, LogFormat};
+use flowguard_rls::redis_health::RedisHealth;
 use flowguard_rls::reload::{Reloader, load};
 use flowguard_rls::rules::Rules;
 use flowguard_rls::service::RateLimiter;
@@ -351,9 +352,14 @@ async fn run(args: Args) -> ExitCode {
     // One signal stops both listeners: the debug one reports the shutdown until gRPC is done.
     let (stopping, stop) = tokio::sync::watch::channel(false);
     let serving = Health::serving();
+    let redis_health = match &store {
+        StoreConfig::Redis(redis) => Some(RedisHealth::spawn(redis)),
+        StoreConfig::Memory { .. } => None,
+    };
     let debug_state = Debug {
         metrics: Some(metrics),
         health: serving.clone(),
+        redis: redis_health,
         rules,
         service: service.clone(),
     };
