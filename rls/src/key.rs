@@ -1,6 +1,8 @@
 //! Limiter keys: the domain and the full descriptor path, escaped so that no two requests with
 //! different domains or entries share a key.
 
+use std::io::Write;
+
 /// The key of a request descriptor in `domain`: every part (the domain, then each entry's key and
 /// value) written as its length in bytes, `:`, and the bytes. Length prefixes make the encoding
 /// injective whatever bytes the parts hold (`a:b` + `c` and `a` + `b:c` differ).
@@ -24,22 +26,11 @@ pub fn limiter_key<'e>(
     out
 }
 
-/// Appends `part` as its length in decimal, `:` and its bytes (the length written in place:
+/// Appends `part` as its length in decimal, `:` and its bytes (the length formatted in place:
 /// no allocation per part).
 fn push(out: &mut Vec<u8>, part: &str) {
-    let mut digits = [0u8; 20];
-    let mut at = digits.len();
-    let mut len = part.len();
-    loop {
-        at -= 1;
-        digits[at] = b'0' + (len % 10) as u8;
-        len /= 10;
-        if len == 0 {
-            break;
-        }
-    }
-    out.extend_from_slice(&digits[at..]);
-    out.push(b':');
+    // Writing to a Vec cannot fail.
+    let _ = write!(out, "{}:", part.len());
     out.extend_from_slice(part.as_bytes());
 }
 

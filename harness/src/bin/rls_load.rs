@@ -181,16 +181,7 @@ struct Tally {
 
 fn main() -> ExitCode {
     let args = Args::parse();
-    let runtime = match args.threads {
-        1 => tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build(),
-        n => tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(n)
-            .enable_all()
-            .build(),
-    }
-    .expect("a tokio runtime");
+    let runtime = flowguard_harness::client_runtime(args.threads).expect("a tokio runtime");
     runtime.block_on(run(args))
 }
 

@@ -32,15 +32,21 @@ fn sample(scrape: &str, metric: &str, labels: &[&str]) -> Option<f64> {
         .and_then(|l| l.rsplit(' ').next()?.parse().ok())
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn a_scrape_shows_the_decisions_by_domain_and_outcome() {
-    let rls = shop(&[]);
+/// Asks for one client four times (its quota is 3 a minute): the codes.
+async fn four_calls(rls: &Rls) -> Vec<Code> {
     let mut client = rls.client().await;
     let ip = request("shop", &[&[("remote_address", "10.0.0.1")]]);
     let mut codes = Vec::new();
     for _ in 0..4 {
         codes.push(code(&ask(&mut client, ip.clone()).await));
     }
+    codes
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_scrape_shows_the_decisions_by_domain_and_outcome() {
+    let rls = shop(&[]);
+    let codes = four_calls(&rls).await;
     assert_eq!(codes, [Code::Ok, Code::Ok, Code::Ok, Code::OverLimit]);
     let (status, scrape) = rls.http("/metrics", None).await;
     assert_eq!(status, 200);
@@ -224,12 +230,7 @@ async fn options_can_be_set_by_environment_variables() {
 #[tokio::test(flavor = "multi_thread")]
 async fn one_worker_thread_serves_the_same_answers() {
     let rls = shop(&["--worker-threads", "1"]);
-    let mut client = rls.client().await;
-    let ip = request("shop", &[&[("remote_address", "10.0.0.1")]]);
-    let mut codes = Vec::new();
-    for _ in 0..4 {
-        codes.push(code(&ask(&mut client, ip.clone()).await));
-    }
+    let codes = four_calls(&rls).await;
     assert_eq!(codes, [Code::Ok, Code::Ok, Code::Ok, Code::OverLimit]);
     assert_eq!(rls.http("/healthcheck", None).await, (200, "OK\n".into()));
     let config = support::ConfigDir::new(&[("shop.yaml", SHOP)]);
