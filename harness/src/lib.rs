@@ -4,3 +4,18 @@ pub mod cli;
 pub mod fairness;
 pub mod naive;
 pub mod overload;
+
+/// A load client's tokio runtime: with 0 or 1 `threads`, the current-thread scheduler (the
+/// tasks and their connections on one thread, so that one connection's requests leave in one
+/// write), else the multi-thread scheduler with that many workers.
+pub fn client_runtime(threads: usize) -> std::io::Result<tokio::runtime::Runtime> {
+    match threads {
+        0 | 1 => tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build(),
+        n => tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(n)
+            .enable_all()
+            .build(),
+    }
+}

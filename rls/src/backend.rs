@@ -79,6 +79,19 @@ pub enum OnFailure {
     LocalInstances(u32),
 }
 
+/// As the `--on-redis-failure` value that selects it (`local-share=0.5`).
+impl std::fmt::Display for OnFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            OnFailure::Unavailable => f.write_str("unavailable"),
+            OnFailure::FailOpen => f.write_str("fail-open"),
+            OnFailure::FailClosed => f.write_str("fail-closed"),
+            OnFailure::LocalShare(share) => write!(f, "local-share={share}"),
+            OnFailure::LocalInstances(n) => write!(f, "local-instances={n}"),
+        }
+    }
+}
+
 /// Why the backend could not decide.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum BackendError {

@@ -4,7 +4,7 @@
 //! | path | answers |
 //! |---|---|
 //! | `GET /metrics` | every metric in the Prometheus text format |
-//! | `GET /healthcheck` | `200 OK` while serving, `503` once shutting down |
+//! | `GET /healthcheck` | `200 OK` while serving; `503` once shutting down, and while the configured Redis does not answer or has not answered the first probe yet (see [`crate::redis_health`]: a probe every second on a connection of its own; the body names the Redis host and the `--on-redis-failure` policy answering meanwhile) |
 //! | `GET /rlconfig` | the configuration in force, one line per rule |
 //! | `POST /json` | `ShouldRateLimit` for clients without gRPC (see [`crate::json`]) |
 
@@ -21,6 +21,7 @@ use axum::routing::{get, post};
 use metrics_exporter_prometheus::PrometheusHandle;
 
 use crate::json;
+use crate::redis_health::RedisHealth;
 use crate::rules::Rules;
 use crate::service::RateLimiter;
 
@@ -56,6 +57,8 @@ pub struct Debug {
     pub metrics: Option<PrometheusHandle>,
     /// The state `/healthcheck` reports.
     pub health: Health,
+    /// Whether the configured Redis answers, also reported by `/healthcheck`; `None` in memory.
+    pub redis: Option<RedisHealth>,
     /// The rules in force, for `/rlconfig`.
     pub rules: Rules,
     /// The service `/json` asks.
@@ -107,10 +110,12 @@ async fn metrics(State(debug): Shared) -> Response {
 }
 
 async fn healthcheck(State(debug): Shared) -> Response {
-    if debug.health.is_serving() {
-        (StatusCode::OK, "OK\n").into_response()
-    } else {
-        (StatusCode::SERVICE_UNAVAILABLE, "shutting down\n").into_response()
+    if !debug.health.is_serving() {
+        return (StatusCode::SERVICE_UNAVAILABLE, "shutting down\n").into_response();
+    }
+    match debug.redis.as_ref().and_then(RedisHealth::problem) {
+        Some(problem) => (StatusCode::SERVICE_UNAVAILABLE, format!("{problem}\n")).into_response(),
+        None => (StatusCode::OK, "OK\n").into_response(),
     }
 }
 

@@ -1,6 +1,8 @@
 //! Limiter keys: the domain and the full descriptor path, escaped so that no two requests with
 //! different domains or entries share a key.
 
+use std::io::Write;
+
 /// The key of a request descriptor in `domain`: every part (the domain, then each entry's key and
 /// value) written as its length in bytes, `:`, and the bytes. Length prefixes make the encoding
 /// injective whatever bytes the parts hold (`a:b` + `c` and `a` + `b:c` differ).
@@ -24,15 +26,26 @@ pub fn limiter_key<'e>(
     out
 }
 
+/// Appends `part` as its length in decimal, `:` and its bytes (the length formatted in place:
+/// no allocation per part).
 fn push(out: &mut Vec<u8>, part: &str) {
-    out.extend_from_slice(part.len().to_string().as_bytes());
-    out.push(b':');
+    // Writing to a Vec cannot fail.
+    let _ = write!(out, "{}:", part.len());
     out.extend_from_slice(part.as_bytes());
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn lengths_are_written_in_decimal() {
+        for len in [0, 1, 9, 10, 99, 100, 12_345] {
+            let part = "a".repeat(len);
+            let key = limiter_key(&part, []);
+            assert_eq!(key, format!("{len}:{part}").into_bytes());
+        }
+    }
 
     #[test]
     fn parts_cannot_run_into_each_other() {
@@ -43,6 +56,8 @@ mod tests {
             limiter_key("d2", [("a", "b")]),
             limiter_key("d", [("2:a", "b")]),
             limiter_key("d", []),
+            limiter_key(&"x".repeat(10), [("", "")]),
+            limiter_key("x", [("", ""), ("", "")]),
         ];
         for (i, a) in keys.iter().enumerate() {
             for b in &keys[i + 1..] {

@@ -10,7 +10,8 @@
 //! * [`service`]: the gRPC service (its response headers are written by `flowguard::headers`);
 //!   [`metrics`]: metric names and the Prometheus exporter.
 //! * [`debug`]: the debug HTTP listener (`/metrics`, `/healthcheck`, `/rlconfig`, `/json`);
-//!   [`json`]: the JSON form of `ShouldRateLimit`; [`logging`]: text or JSON logs.
+//!   [`redis_health`]: the Redis probe behind `/healthcheck`; [`json`]: the JSON form of
+//!   `ShouldRateLimit`; [`logging`]: text or JSON logs.
 
 #![warn(missing_docs)]
 
@@ -21,6 +22,7 @@ pub mod json;
 mod key;
 pub mod logging;
 pub mod metrics;
+pub mod redis_health;
 pub mod reload;
 pub mod rules;
 pub mod service;

@@ -9,6 +9,7 @@ use flowguard::headers::{PolicyName, QuotaPolicy};
 
 use super::backend::{Backend, Limits};
 use super::config::{ConfigError, ConfigSet, Limit, LimitRule};
+use super::metrics::RuleCounters;
 
 /// A rule's limit: its number in the set, and the `RateLimit-Policy` it is described by.
 #[derive(Clone, Debug)]
@@ -25,6 +26,8 @@ pub struct RuleSet {
     config: ConfigSet,
     rule_limits: Vec<Option<RuleLimit>>,
     limits: Limits,
+    /// The metric counters of each rule, by rule id.
+    counters: Vec<RuleCounters>,
 }
 
 impl RuleSet {
@@ -52,10 +55,14 @@ impl RuleSet {
         }
         // Taken after every rate was added: the set has them all.
         let limits = backend.limits();
+        let counters = (0..config.rule_count())
+            .map(|_| RuleCounters::default())
+            .collect();
         Ok(RuleSet {
             config,
             rule_limits,
             limits,
+            counters,
         })
     }
 
@@ -67,6 +74,12 @@ impl RuleSet {
     /// The limit of a rule with a rate.
     pub fn limit(&self, rule: &LimitRule) -> Option<&RuleLimit> {
         self.rule_limits.get(rule.id).and_then(Option::as_ref)
+    }
+
+    /// The metric counters of a rule of this set; `None` for a rule made for a request (a limit
+    /// override), which is no rule of the configuration.
+    pub fn counters(&self, rule: &LimitRule) -> Option<&RuleCounters> {
+        self.counters.get(rule.id)
     }
 
     /// The set every rule's limit is in.

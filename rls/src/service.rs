@@ -23,7 +23,7 @@ use flowguard::headers::{HeaderStyle, PolicyName};
 use super::backend::{Backend, Check};
 use super::config::{Limit, LimitRule, Location, Lookup, Rate, Unit};
 use super::key::limiter_key;
-use super::metrics as names;
+use super::metrics::{self as names, Series};
 use super::rules::{RuleLimit, RuleSet, Rules};
 
 /// The gRPC rate limit service: matches each descriptor against the rules in force and decides it
@@ -42,6 +42,8 @@ pub struct RateLimiter {
     unknown: Arc<UnknownDomains>,
     /// Global shadow mode: every rule is decided and counted as if it had `shadow_mode: true`.
     shadow_mode: bool,
+    /// [`LATENCY`](names::LATENCY), from the recorder installed when the service was made.
+    latency: ::metrics::Histogram,
 }
 
 /// The most unknown domains logged one by one; beyond, one more warning says so, and the
@@ -121,7 +123,8 @@ enum Plan<'r> {
 impl RateLimiter {
     /// A service answering from `rules` (swapped by reloads) with `backend`, describing the
     /// decisive descriptor in the response headers of `headers` (none when `None`, the
-    /// default of envoyproxy/ratelimit).
+    /// default of envoyproxy/ratelimit). Its latency histogram is registered now: install the
+    /// metrics recorder first.
     pub fn new(rules: Rules, backend: Arc<Backend>, headers: Option<HeaderStyle>) -> RateLimiter {
         RateLimiter {
             rules,
@@ -129,6 +132,7 @@ impl RateLimiter {
             headers,
             unknown: Arc::default(),
             shadow_mode: false,
+            latency: ::metrics::histogram!(names::LATENCY),
         }
     }
 
@@ -159,10 +163,11 @@ impl RateLimiter {
         }
         let rules = self.rules.current();
         let domain = request.domain.as_str();
-        if !rules.config().has_domain(domain) {
+        let known = rules.config().has_domain(domain);
+        if !known {
             self.unknown.seen(domain);
         }
-        let (plans, added) = plan_descriptors(&rules, &self.backend, request)?;
+        let (plans, added) = plan_descriptors(&rules, known, &self.backend, request)?;
         let checks: Vec<Check<'_>> = plans
             .iter()
             .filter_map(|p| match p {
@@ -198,16 +203,20 @@ impl RateLimiter {
                 ))
             })?
         };
-        Ok(self.respond(domain, request, &plans, &verdicts))
+        Ok(self.respond(&rules, known, request, &plans, &verdicts))
     }
 
+    /// The answer to `request` (in a configured domain when `known`) from its plans and the
+    /// backend's verdicts, with every descriptor counted.
     fn respond(
         &self,
-        domain: &str,
+        rules: &RuleSet,
+        known: bool,
         request: &RateLimitRequest,
         plans: &[Plan<'_>],
         verdicts: &[Decision],
     ) -> RateLimitResponse {
+        let domain = request.domain.as_str();
         let mut over_limit = false;
         let mut statuses = Vec::with_capacity(plans.len());
         // The decisive descriptor, for the headers: its decision and policy.
@@ -215,16 +224,20 @@ impl RateLimiter {
         for (plan, descriptor) in plans.iter().zip(&request.descriptors) {
             let status = match plan {
                 Plan::NoRule => {
-                    ::metrics::counter!(names::DECISIONS, "domain" => domain.to_string(),
-                        "descriptor" => "", "outcome" => "no_rule")
-                    .increment(1);
+                    // An unknown domain is counted in UNKNOWN_DOMAIN alone: its name comes from
+                    // the request, and labels never do.
+                    if known {
+                        ::metrics::counter!(names::DECISIONS, "domain" => domain.to_string(),
+                            "descriptor" => "", "outcome" => "no_rule")
+                        .increment(1);
+                    }
                     DescriptorStatus {
                         code: Code::Ok as i32,
                         ..Default::default()
                     }
                 }
                 Plan::Unlimited(rule) => {
-                    count(domain, rule, descriptor, "unlimited", None);
+                    count(rules, domain, rule, descriptor, &[Series::Unlimited]);
                     DescriptorStatus {
                         code: Code::Ok as i32,
                         limit_remaining: u32::MAX,
@@ -240,19 +253,14 @@ impl RateLimiter {
                     let (rule, limit) = (applied.rule(), applied.limit());
                     let verdict = &verdicts[*check];
                     let degraded = verdict.degraded.is_some();
-                    let outcome = match (verdict.allowed, self.shadowed(rule)) {
-                        (true, _) => "ok",
-                        (false, true) => "shadow_over_limit",
-                        (false, false) => "over_limit",
+                    let outcome: &[Series] = match (verdict.allowed, self.shadowed(rule)) {
+                        (true, _) => &[Series::Ok],
+                        (false, true) => &[Series::ShadowOverLimit, Series::ShadowOverLimitTotal],
+                        (false, false) => &[Series::OverLimit, Series::OverLimitTotal],
                     };
-                    let extra = match outcome {
-                        "over_limit" => Some(names::OVER_LIMIT),
-                        "shadow_over_limit" => Some(names::SHADOW_OVER_LIMIT),
-                        _ => None,
-                    };
-                    count(domain, rule, descriptor, outcome, extra);
+                    count(rules, domain, rule, descriptor, outcome);
                     if degraded {
-                        count_degraded(domain, rule, descriptor);
+                        count(rules, domain, rule, descriptor, &[Series::Degraded]);
                     }
                     let enforced = !self.shadowed(rule);
                     let denied = !verdict.allowed && enforced;
@@ -342,11 +350,11 @@ const MAX_RATES: usize = 10_000;
 /// request is decided through the backend's newest set, which has it.
 fn plan_descriptors<'r>(
     rules: &'r RuleSet,
+    known: bool,
     backend: &Backend,
     request: &RateLimitRequest,
 ) -> Result<(Vec<Plan<'r>>, bool), Status> {
     let domain = request.domain.as_str();
-    let known = rules.config().has_domain(domain);
     let mut found = Vec::with_capacity(request.descriptors.len());
     for descriptor in &request.descriptors {
         if descriptor.is_negative_hits {
@@ -532,27 +540,29 @@ fn descriptor_label(rule: &LimitRule, descriptor: &RateLimitDescriptor) -> Strin
     }
 }
 
+/// Counts a descriptor decided by `rule` in each of `series`: through the rule's counters kept
+/// in `rules` when its labels are the configuration's, else (labels made of the request's
+/// entries, or a limit override's rule) through the recorder's registry.
 fn count(
+    rules: &RuleSet,
     domain: &str,
     rule: &LimitRule,
     descriptor: &RateLimitDescriptor,
-    outcome: &'static str,
-    extra: Option<&'static str>,
+    series: &[Series],
 ) {
-    let label = descriptor_label(rule, descriptor);
-    ::metrics::counter!(names::DECISIONS, "domain" => domain.to_string(),
-        "descriptor" => label.clone(), "outcome" => outcome)
-    .increment(1);
-    if let Some(name) = extra {
-        ::metrics::counter!(name, "domain" => domain.to_string(), "descriptor" => label)
-            .increment(1);
+    match rules.counters(rule) {
+        Some(counters) if !rule.detailed_metric => {
+            for &s in series {
+                counters.get(s, domain, &rule.stat_path).increment(1);
+            }
+        }
+        _ => {
+            let label = descriptor_label(rule, descriptor);
+            for &s in series {
+                s.register(domain, &label).increment(1);
+            }
+        }
     }
-}
-
-fn count_degraded(domain: &str, rule: &LimitRule, descriptor: &RateLimitDescriptor) {
-    ::metrics::counter!(names::DEGRADED, "domain" => domain.to_string(),
-        "descriptor" => descriptor_label(rule, descriptor))
-    .increment(1);
 }
 
 #[tonic::async_trait]
@@ -563,7 +573,7 @@ impl RateLimitService for RateLimiter {
     ) -> Result<Response<RateLimitResponse>, Status> {
         let started = Instant::now();
         let answer = self.decide(request.get_ref()).await;
-        ::metrics::histogram!(names::LATENCY).record(started.elapsed().as_secs_f64());
+        self.latency.record(started.elapsed().as_secs_f64());
         answer.map(Response::new)
     }
 }

@@ -160,16 +160,7 @@ fn main() -> ExitCode {
     let args = Args::parse();
     // One client thread by default: on a small machine the Redis server needs the other cores,
     // and a single-threaded runtime drives one multiplexed connection faster.
-    let runtime = match args.threads {
-        0 | 1 => tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build(),
-        n => tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(n)
-            .enable_all()
-            .build(),
-    };
-    let runtime = match runtime {
+    let runtime = match flowguard_harness::client_runtime(args.threads) {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("error: cannot start the tokio runtime: {e}");

@@ -32,15 +32,21 @@ fn sample(scrape: &str, metric: &str, labels: &[&str]) -> Option<f64> {
         .and_then(|l| l.rsplit(' ').next()?.parse().ok())
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn a_scrape_shows_the_decisions_by_domain_and_outcome() {
-    let rls = shop(&[]);
+/// Asks for one client four times (its quota is 3 a minute): the codes.
+async fn four_calls(rls: &Rls) -> Vec<Code> {
     let mut client = rls.client().await;
     let ip = request("shop", &[&[("remote_address", "10.0.0.1")]]);
     let mut codes = Vec::new();
     for _ in 0..4 {
         codes.push(code(&ask(&mut client, ip.clone()).await));
     }
+    codes
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_scrape_shows_the_decisions_by_domain_and_outcome() {
+    let rls = shop(&[]);
+    let codes = four_calls(&rls).await;
     assert_eq!(codes, [Code::Ok, Code::Ok, Code::Ok, Code::OverLimit]);
     let (status, scrape) = rls.http("/metrics", None).await;
     assert_eq!(status, 200);
@@ -146,6 +152,8 @@ async fn an_unknown_domain_is_warned_about_once_and_counted() {
         Some(4.0),
         "{scrape}"
     );
+    // No label carries a name that came from a request.
+    assert!(!scrape.contains("domain=\"shopp\""), "{scrape}");
     let log = rls.log_text();
     let warned = |domain: &str| {
         log.lines()
@@ -215,4 +223,19 @@ async fn options_can_be_set_by_environment_variables() {
     rls.wait_for_log("flowguard-rls serving");
     let log = rls.log_text();
     assert!(log.lines().all(|l| l.starts_with('{')), "JSON lines: {log}");
+}
+
+/// `--worker-threads 1` serves on one thread, with the same answers and the same debug
+/// endpoints; `0` is refused, naming the flag.
+#[tokio::test(flavor = "multi_thread")]
+async fn one_worker_thread_serves_the_same_answers() {
+    let rls = shop(&["--worker-threads", "1"]);
+    let codes = four_calls(&rls).await;
+    assert_eq!(codes, [Code::Ok, Code::Ok, Code::Ok, Code::OverLimit]);
+    assert_eq!(rls.http("/healthcheck", None).await, (200, "OK\n".into()));
+    let config = support::ConfigDir::new(&[("shop.yaml", SHOP)]);
+    let dir = config.0.to_str().unwrap();
+    let (exit, stderr) = support::run_to_exit(&["--config", dir, "--worker-threads", "0"]);
+    assert_eq!(exit, Some(2), "{stderr}");
+    assert!(stderr.contains("--worker-threads"), "{stderr}");
 }

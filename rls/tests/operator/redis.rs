@@ -187,6 +187,8 @@ async fn two_instances_on_one_redis_cluster_share_a_quota() {
         );
         assert_eq!(code(&ask(&mut cb, req).await), Code::OverLimit, "{client}");
     }
+    // A node reports cluster_state:ok to the health probe.
+    assert_eq!(health_until(&a, 200).await, "OK\n");
 }
 
 /// Requests naming {wide, narrow} race requests naming {narrow} alone, from several tasks on two
@@ -283,4 +285,46 @@ async fn the_start_waits_for_redis_behind_a_flag() {
         "{}",
         rls.log_text()
     );
+}
+
+/// Polls `/healthcheck` (bounded: 30 s) until its status is `status`; returns the body.
+async fn health_until(rls: &Rls, status: u16) -> String {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let (now, body) = rls.http("/healthcheck", None).await;
+        if now == status {
+            return body;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "/healthcheck still answers {now} ({body:?}), not {status}; log:\n{}",
+            rls.log_text()
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}
+
+/// `/healthcheck` fails while the configured Redis does not answer, naming its host and the
+/// policy answering meanwhile, and passes again once it answers; decisions go on meanwhile.
+#[tokio::test(flavor = "multi_thread")]
+async fn healthcheck_follows_redis() {
+    let mut redis = RedisServer::start();
+    let port = redis.port;
+    let rls = on_redis(&redis, &["--on-redis-failure", "fail-open"]);
+    assert_eq!(health_until(&rls, 200).await, "OK\n");
+    redis.kill();
+    let problem = health_until(&rls, 503).await;
+    assert!(problem.contains(&format!("127.0.0.1:{port}")), "{problem}");
+    assert!(
+        problem.contains("--on-redis-failure fail-open"),
+        "{problem}"
+    );
+    rls.wait_for_log("/healthcheck fails");
+    // The policy answers meanwhile.
+    let mut client = rls.client().await;
+    let req = request("api", &[&[("client", "h")]]);
+    assert_eq!(code(&ask(&mut client, req.clone()).await), Code::Ok);
+    let _redis = RedisServer::start_on(port, &[]);
+    assert_eq!(health_until(&rls, 200).await, "OK\n");
+    rls.wait_for_log("/healthcheck passes");
 }
