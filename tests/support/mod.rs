@@ -117,27 +117,47 @@ impl RedisServer {
         })
     }
 
-    /// Creates the server's directory, prepares it, and starts the server.
-    fn launch(extra: &[&str], tls: bool, prepare: impl FnOnce(&std::path::Path)) -> RedisServer {
-        let port = free_port();
-        let dir =
-            std::env::temp_dir().join(format!("flowguard-redis-{}-{port}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        prepare(&dir);
-        let extra = extra.iter().map(|s| s.to_string()).collect();
-        let mut server = RedisServer {
-            child: None,
-            paused: false,
-            port,
-            dir,
-            extra,
-            tls,
-        };
-        server.spawn();
-        server
+    /// Creates the server's directory, prepares it, and starts the server. A port found free can
+    /// be taken before the server binds it (every outgoing connection takes an ephemeral port):
+    /// the server then exits at once, and another port is tried.
+    fn launch(extra: &[&str], tls: bool, prepare: impl Fn(&std::path::Path)) -> RedisServer {
+        let mut exits = Vec::new();
+        for _ in 0..10 {
+            let port = free_port();
+            let dir =
+                std::env::temp_dir().join(format!("flowguard-redis-{}-{port}", std::process::id()));
+            std::fs::create_dir_all(&dir).unwrap();
+            prepare(&dir);
+            let extra = extra.iter().map(|s| s.to_string()).collect();
+            let mut server = RedisServer {
+                child: None,
+                paused: false,
+                port,
+                dir,
+                extra,
+                tls,
+            };
+            match server.try_spawn() {
+                Ok(()) => return server,
+                Err(status) => exits.push(format!("port {port}: {status}")),
+            }
+        }
+        panic!("redis-server exited at start on 10 ports in a row: {exits:?}");
     }
 
+    /// Starts the server on its port, which must be free.
     fn spawn(&mut self) {
+        if let Err(status) = self.try_spawn() {
+            panic!(
+                "redis-server on port {} exited: {status}; see {}",
+                self.port,
+                self.dir.join("redis.log").display()
+            );
+        }
+    }
+
+    /// Starts the server and waits until it serves; `Err` if it exited first.
+    fn try_spawn(&mut self) -> Result<(), std::process::ExitStatus> {
         let port = self.port.to_string();
         let ports: &[&str] = if self.tls {
             &["--port", "0", "--tls-port", &port]
@@ -162,24 +182,24 @@ impl RedisServer {
             .spawn()
             .expect("redis-server must be installed");
         self.child = Some(child);
-        self.wait_ready();
+        self.wait_ready()
     }
 
     /// Polls until the server answers a PING (any reply, e.g. NOAUTH, means it is serving); a TLS
     /// server until it accepts connections.
-    fn wait_ready(&mut self) {
+    fn wait_ready(&mut self) -> Result<(), std::process::ExitStatus> {
         let deadline = Instant::now() + READY_WITHIN;
         loop {
             if let Ok(mut s) = TcpStream::connect(("127.0.0.1", self.port)) {
                 if self.tls {
-                    return;
+                    return Ok(());
                 }
                 let _ = s.set_read_timeout(Some(Duration::from_millis(500)));
                 let mut buf = [0u8; 64];
                 if s.write_all(b"PING\r\n").is_ok()
                     && matches!(s.read(&mut buf), Ok(n) if n > 0 && !buf[..n].starts_with(b"-LOADING"))
                 {
-                    return;
+                    return Ok(());
                 }
             }
             if let Some(status) = self
@@ -187,11 +207,8 @@ impl RedisServer {
                 .as_mut()
                 .and_then(|c| c.try_wait().ok().flatten())
             {
-                panic!(
-                    "redis-server on port {} exited: {status}; see {}",
-                    self.port,
-                    self.dir.join("redis.log").display()
-                );
+                self.child = None;
+                return Err(status);
             }
             assert!(
                 Instant::now() < deadline,

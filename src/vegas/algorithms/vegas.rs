@@ -159,7 +159,8 @@ impl VegasBuilder {
     /// (default 0.1). Below a limit of `alpha / (share / 2)` (60 by default) the band is this
     /// share of the RTT: grow while under 5 % of the RTT is queueing, cut above 10 %. Every
     /// instance sharing a dependency reads the same share from the same RTTs, so the fleet's
-    /// queue stays short whatever the number of instances.
+    /// queue is a share of the RTT, not a number of calls per instance (while the instances are
+    /// no more than the dependency's workers: each keeps at least one permit).
     pub fn max_queue_share(mut self, share: f64) -> Self {
         self.settings.max_queue_share = share;
         self

@@ -35,13 +35,29 @@ impl RedisServer {
         RedisServer::start_with(&[])
     }
 
-    /// A server with extra `--option value` arguments.
+    /// A server with extra `--option value` arguments. A port found free can be taken before
+    /// the server binds it (every outgoing connection takes an ephemeral port): the server then
+    /// exits at once, and another port is tried.
     pub fn start_with(extra: &[&str]) -> RedisServer {
-        RedisServer::start_on(free_port(), extra)
+        let mut exits = Vec::new();
+        for _ in 0..10 {
+            let port = free_port();
+            match RedisServer::try_start_on(port, extra) {
+                Ok(server) => return server,
+                Err(status) => exits.push(format!("port {port}: {status}")),
+            }
+        }
+        panic!("redis-server exited at start on 10 ports in a row: {exits:?}");
     }
 
-    /// A server on `port`.
+    /// A server on `port`, which must be free.
     pub fn start_on(port: u16, extra: &[&str]) -> RedisServer {
+        RedisServer::try_start_on(port, extra)
+            .unwrap_or_else(|status| panic!("redis-server on port {port} exited: {status}"))
+    }
+
+    /// A server on `port` once it answers PING; `Err` if it exited first.
+    fn try_start_on(port: u16, extra: &[&str]) -> Result<RedisServer, std::process::ExitStatus> {
         let dir =
             std::env::temp_dir().join(format!("flowguard-rls-redis-{}-{port}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
@@ -54,13 +70,28 @@ impl RedisServer {
             .stderr(Stdio::null())
             .spawn()
             .expect("redis-server must be installed");
-        let server = RedisServer {
+        let mut server = RedisServer {
             child: Some(child),
             port,
             dir,
         };
-        server.wait_until(|s| s.cli(&["ping"]) == "PONG", "answers PING");
-        server
+        let deadline = Instant::now() + READY_WITHIN;
+        while server.cli(&["ping"]) != "PONG" {
+            if let Some(status) = server
+                .child
+                .as_mut()
+                .and_then(|c| c.try_wait().ok().flatten())
+            {
+                server.child = None;
+                return Err(status);
+            }
+            assert!(
+                Instant::now() < deadline,
+                "redis-server on port {port} never answers PING"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Ok(server)
     }
 
     /// Polls `ready` (bounded).
