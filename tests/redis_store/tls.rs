@@ -7,7 +7,10 @@ use flowguard::gcra::remote::RemoteRateLimiter;
 
 #[tokio::test]
 async fn rediss_urls_speak_tls() {
-    let server = RedisServer::start_tls();
+    // A self-signed certificate for the loopback address, valid until 2126, kept with the tests
+    // (tests/fixtures/tls), so the tests need neither openssl nor a crate to make one.
+    let certificates = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tls");
+    let server = RedisServer::start_tls(&certificates);
     // The certificate is self-signed for this test; `#insecure` skips verifying it. In production
     // the server's certificate is verified against the system's trust store.
     let url = format!("rediss://127.0.0.1:{}/#insecure", server.port);

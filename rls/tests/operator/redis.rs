@@ -4,7 +4,7 @@
 use crate::support;
 
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
-use support::redis::{RedisCluster, RedisServer};
+use flowguard_test_redis::{RedisCluster, RedisServer, free_port};
 use support::{Rls, ask, code, request};
 
 const API: &str = "
@@ -161,7 +161,7 @@ async fn two_tier_spends_reserved_batches_within_the_global_quota() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn two_instances_on_one_redis_cluster_share_a_quota() {
-    let cluster = RedisCluster::start();
+    let cluster = RedisCluster::start_without_replicas();
     let urls = cluster.urls();
     let mut args: Vec<&str> = Vec::new();
     for url in &urls[..2] {
@@ -245,7 +245,7 @@ descriptors:
 #[test]
 fn an_unreachable_redis_stops_the_start_and_names_the_flags() {
     let config = support::ConfigDir::new(&[("api.yaml", API)]);
-    let url = format!("redis://127.0.0.1:{}", support::redis::free_port());
+    let url = format!("redis://127.0.0.1:{}", free_port());
     let dir = config.0.to_str().unwrap();
     let args = ["--config", dir, "--redis", &url, "--listen", "127.0.0.1:0"];
     let (code, stderr) = support::run_to_exit(&args);
@@ -260,7 +260,7 @@ fn an_unreachable_redis_stops_the_start_and_names_the_flags() {
 #[tokio::test(flavor = "multi_thread")]
 async fn the_start_waits_for_redis_behind_a_flag() {
     let config = support::ConfigDir::new(&[("api.yaml", API)]);
-    let port = support::redis::free_port();
+    let port = free_port();
     let url = format!("redis://127.0.0.1:{port}");
     // Redis starts once the service has said that it waits for it.
     let log = Rls::log_path(&config);

@@ -2,8 +2,6 @@
 //! configuration directory of its own, driven by a tonic client; killed on drop (also on panic).
 #![allow(dead_code)]
 
-pub mod redis;
-
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
 use std::process::{Child, Command, ExitStatus, Stdio};
