@@ -119,3 +119,24 @@ fn drops_still_halve_the_limit_after_a_relearn() {
     let after = vegas.update(&sample(1_000, before, Outcome::Dropped));
     assert_eq!(after, before / 2);
 }
+
+#[test]
+fn a_dependency_that_slows_while_the_caller_is_light_is_relearned_once_it_is_busy() {
+    // A caller with one call at a time (the default limit starts at 1 and stays small, since
+    // growth needs use) sees the dependency slow down 2.5x. At one call in flight it cannot cut
+    // or probe lower, so its baseline stays at 10 ms. When its traffic picks up, the limit must
+    // still reach the four slots: the stale baseline is found out by trying one call more.
+    let mut vegas = Vegas::new();
+    let slower = Dependency {
+        service_micros: 25_000,
+        ..FOUR_SLOTS
+    };
+    for (dependency, samples) in [(FOUR_SLOTS, 200), (slower, 400)] {
+        for _ in 0..samples {
+            vegas.update(&sample(dependency.rtt_micros(1), 1, Outcome::Success));
+        }
+    }
+    let limits = drive(&mut vegas, slower, 3_000);
+    assert_eq!(vegas.rtt_base(), Some(Duration::from_millis(25)));
+    assert_keeps_four_slots_busy(&limits[2_000..], "once the caller is busy");
+}

@@ -250,6 +250,8 @@ enum Phase {
         seen: usize,
         /// Started while the queue estimate was above `beta` (a stale baseline is possible).
         stale: bool,
+        /// A trial of one call more than the limit's floor, where a probe cannot go lower.
+        up: bool,
     },
 }
 
@@ -368,7 +370,14 @@ pub struct Vegas {
     samples_since_cut: usize,
     cut_cooldown: usize,
     congested_rounds: f64,
+    /// Congested rounds a stale suspicion must last at the limit's floor before the next trial
+    /// of one call more; doubles after each trial that finds a real queue.
+    trial_after: f64,
     limit_before_congestion: f64,
+    /// Samples since the baseline was last raised (a stale baseline re-learned).
+    samples_since_raise: usize,
+    /// Rounds (of the current limit) that must pass before the baseline may be raised again.
+    raise_gap: f64,
     /// The window that caused the last RTT-based cut, until the window after it is judged.
     cut_reference: Option<CutReference>,
     /// No queue or drop seen yet: grow by the whole limit per round, like TCP slow start.
@@ -406,7 +415,10 @@ impl Vegas {
             samples_since_cut: 0,
             cut_cooldown: 0,
             congested_rounds: 0.0,
+            trial_after: config.stale_rounds,
             limit_before_congestion: start as f64,
+            samples_since_raise: usize::MAX / 2,
+            raise_gap: RAISE_GAP,
             cut_reference: None,
             slow_start: true,
             config,
@@ -453,7 +465,17 @@ impl Vegas {
             .config
             .bounds
             .clamp(self.estimate * self.config.probe_ratio);
-        self.enter_probe(probe_limit, stale);
+        if probe_limit < self.current {
+            self.enter_probe(probe_limit, stale, false);
+        } else if stale
+            && self.current < self.config.bounds.max()
+            && self.congested_rounds >= self.trial_after
+        {
+            // At the floor no probe goes lower. One call more tells a stale baseline (the RTT
+            // does not rise: the dependency has a free worker, it only got slower) from a
+            // queue this instance cannot shorten (the RTT rises by one call's share of it).
+            self.enter_probe(self.current + 1, true, true);
+        }
     }
 
     /// A periodic probe: down to the concurrency at which the last window would not have queued
@@ -477,11 +499,11 @@ impl Vegas {
             .bounds
             .clamp(unqueued.max(self.estimate * self.config.probe_ratio));
         if probe_limit < self.current {
-            self.enter_probe(probe_limit, false);
+            self.enter_probe(probe_limit, false, false);
         }
     }
 
-    fn enter_probe(&mut self, probe_limit: usize, stale: bool) {
+    fn enter_probe(&mut self, probe_limit: usize, stale: bool, up: bool) {
         self.probe_buffer.clear();
         self.phase = Phase::Probing {
             restore: self.estimate,
@@ -489,6 +511,7 @@ impl Vegas {
             skip: self.config.bounds.clamp(self.estimate),
             seen: 0,
             stale,
+            up,
         };
     }
 
@@ -502,6 +525,55 @@ impl Vegas {
         self.samples_since_probe = 0;
         self.congested_rounds = 0.0;
         self.set_estimate(restore);
+    }
+
+    /// Whether the baseline may be raised now (a stale baseline re-learned); if so, counts the
+    /// raise.
+    ///
+    /// Alone, a dependency that got slower is re-learned once. In a fleet, one instance cannot
+    /// tell a slower dependency from the others' queue: both leave the RTT about where it was
+    /// when it alone lowers its concurrency. Taking the queue for the baseline lets it grow,
+    /// which lengthens the queue, which the next re-learn takes again: a ratchet. So raises are
+    /// spaced: at least `RAISE_GAP` rounds apart, and a raise that follows the previous one
+    /// within `RAISE_RESET` gaps doubles the gap (up to `RAISE_GAP_MAX` rounds).
+    fn may_raise(&mut self) -> bool {
+        let gap = (self.raise_gap * self.current.max(1) as f64) as usize;
+        if self.samples_since_raise < gap {
+            return false;
+        }
+        self.raise_gap = if self.samples_since_raise < RAISE_RESET * gap {
+            (self.raise_gap * 2.0).min(RAISE_GAP_MAX)
+        } else {
+            RAISE_GAP
+        };
+        self.samples_since_raise = 0;
+        true
+    }
+
+    /// Ends a trial of one call more at the limit's floor, with the low percentile of the RTTs
+    /// at the higher concurrency (`None`: the caller did not use it).
+    #[inline(never)]
+    fn end_trial(&mut self, restore: f64, learned: Option<u64>) {
+        let recent = self.baseline.last_window();
+        match (learned, recent) {
+            // One call more did not lengthen the RTT: a worker was free, so the RTT at the floor
+            // was no queue but a slower dependency. Re-learn it and undo the cuts.
+            (Some(learned), Some(recent))
+                if INSENSITIVE * learned as f64 <= recent as f64 && self.may_raise() =>
+            {
+                self.trial_after = self.config.stale_rounds;
+                self.end_probe(
+                    restore.max(self.limit_before_congestion),
+                    Some(learned.min(recent)),
+                );
+            }
+            // A real queue (the RTT rose with the extra call), or no answer: keep the baseline,
+            // and wait twice as long before the next trial.
+            _ => {
+                self.trial_after = (self.trial_after * 2.0).min(TRIAL_AFTER_MAX);
+                self.end_probe(restore, None);
+            }
+        }
     }
 
     #[inline(never)]
@@ -527,20 +599,35 @@ impl Vegas {
             skip,
             seen,
             stale,
+            up,
         } = &mut self.phase
         else {
             return;
         };
         *seen += 1;
+        // A trial keeps the calls granted with the extra call in flight; a probe those granted
+        // at no more than its reduced limit.
+        let counts = if *up {
+            in_flight >= *probe_limit
+        } else {
+            in_flight <= *probe_limit
+        };
         if *skip > 0 {
             *skip -= 1;
-        } else if in_flight <= *probe_limit {
+        } else if counts {
             self.probe_buffer.push(rtt);
         }
         let wanted = self.config.probe_samples.max(*probe_limit / 2);
-        let (mut restore, stale) = (*restore, *stale);
+        let (mut restore, stale, up) = (*restore, *stale, *up);
         let give_up = *seen > 8 * (restore as usize + wanted);
-        if self.probe_buffer.len() >= wanted {
+        if up {
+            if self.probe_buffer.len() >= wanted {
+                let learned = low_percentile(&mut self.probe_buffer);
+                self.end_trial(restore, learned);
+            } else if give_up {
+                self.end_trial(restore, None);
+            }
+        } else if self.probe_buffer.len() >= wanted {
             let learned = low_percentile(&mut self.probe_buffer);
             // RTT did not fall when concurrency did: the congestion was a stale baseline, not a
             // queue, so the cuts made since it began were wrong and are undone.
@@ -548,6 +635,7 @@ impl Vegas {
                 (Some(learned), Some(recent)) => learned as f64 >= INSENSITIVE * recent as f64,
                 _ => false,
             };
+            let insensitive = insensitive && (!stale || self.may_raise());
             if stale && insensitive {
                 restore = restore.max(self.limit_before_congestion);
             }
@@ -602,6 +690,7 @@ impl Vegas {
         };
         if let Some(reference) = self.cut_reference.take()
             && reference.reveals_stale(base, window)
+            && self.may_raise()
         {
             // The cut did not shorten the RTT: the dependency got slower, it is not queueing.
             // Adopt the RTT after the cut (taken at reduced concurrency) as the baseline and undo
@@ -640,11 +729,18 @@ impl Vegas {
                 self.limit_before_congestion = limit;
             }
             self.congested_rounds += rounds;
-            self.cut_reference = CutReference::of(window);
             // Multiplicative: down to the concurrency that leaves `alpha` queued, at most by
             // `backoff_ratio`. Every instance in front of the dependency cuts in proportion,
             // which empties the shared queue in one step.
-            -((queue - alpha).min(limit * (1.0 - self.config.backoff_ratio)))
+            let cut = (queue - alpha).min(limit * (1.0 - self.config.backoff_ratio));
+            // A cut judges the baseline by the window after it, if it lowers the concurrency;
+            // at the limit's floor it cannot, and a trial does instead.
+            self.cut_reference = if self.current > self.config.bounds.min() {
+                CutReference::of(window)
+            } else {
+                None
+            };
+            -cut
         } else {
             self.slow_start = false;
             self.congested_rounds = 0.0;
@@ -667,6 +763,7 @@ impl Vegas {
     #[inline]
     fn feed(&mut self, rtt_nanos: u64, in_flight: usize, outcome: Outcome) -> usize {
         self.samples_since_cut = self.samples_since_cut.saturating_add(1);
+        self.samples_since_raise = self.samples_since_raise.saturating_add(1);
         let rtt = rtt_nanos.max(1);
         match (outcome, &self.phase) {
             // Nothing the limit depends on changed.
@@ -697,6 +794,15 @@ impl Vegas {
         current
     }
 }
+
+/// The fewest rounds between two raises of the baseline (see `Vegas::may_raise`).
+const RAISE_GAP: f64 = 50.0;
+/// The most rounds between two raises of the baseline.
+const RAISE_GAP_MAX: f64 = 2000.0;
+/// A raise more than this many gaps after the previous one resets the gap to `RAISE_GAP`.
+const RAISE_RESET: usize = 4;
+/// The most congested rounds between two trials of one call more at the limit's floor.
+const TRIAL_AFTER_MAX: f64 = 256.0;
 
 /// Samples per window at limit `current`: at least `baseline_window`, at least half the limit.
 /// The window that judges a cut takes half as many (at least 4): at a small limit it is the one
