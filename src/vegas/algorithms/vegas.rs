@@ -283,6 +283,13 @@ enum Phase {
 ///   did not fall with the concurrency (a stale baseline, whose cuts are then undone). A periodic
 ///   probe goes only as low as the concurrency at which the last window would not have queued,
 ///   and may only lower the baseline.
+/// - **At the floor, one call more.** A limit at the bounds' minimum cannot be cut, and no probe
+///   goes lower, so there the stale-baseline question is asked the other way round: the limit
+///   is raised by one call for a few samples. If the RTT does not rise, a worker was free and
+///   the dependency only got slower: its RTT is re-learned and the limit grows again. If it
+///   rises, the queue is real (another caller's, which this one cannot shorten), the baseline
+///   stays and the next trial waits twice as long. Without it, a limit that sat at 1 when the
+///   dependency slowed stayed at 1 for good.
 /// - **Multiplicative cuts on drops**, at most once per round of calls, so a real overload halves
 ///   the load at once while a burst of fast failures costs one cut, not a collapse.
 /// - **Growth only when used**: only windows whose calls were granted with, on average,
@@ -325,15 +332,24 @@ enum Phase {
 ///   dependency, the limit spends 4-6 % of the time below the dependency's concurrency.
 ///   Netflix's Gradient2 follows a long-term average RTT instead of a minimum, which creeps up
 ///   with a standing queue too.
+/// - **Raises of the baseline are spaced.** One instance cannot always tell a slower dependency
+///   from the queue the others keep: when it alone lowers its concurrency, the RTT stays about
+///   where it was in both cases. A baseline raised on the others' queue lets the instance grow,
+///   which lengthens the queue, which its next raise takes in again, and the instances that
+///   took the queue for their baseline hold the others down at a permit each. So a raise comes
+///   at least 50 rounds after the previous one, and a raise that follows the previous one within
+///   four such gaps doubles the gap (up to 2,000 rounds). Alone, a dependency that got slower
+///   needs one raise, not a series.
 /// - **A newcomer starts small.** The limit starts at 1 and slow start takes it up, rather than
 ///   adding a burst of calls at once to a queue the others share.
 ///
 /// Measured in `vegas_sim --fleet` (4 workers at 10 ms, 3x overload, 2 to 8 instances, a late
 /// joiner and one leaving), in `overload --fleet 4` on real sockets, and alone in front of a
 /// dependency whose capacity steps (`vegas_sim --step`): see `docs/PERFORMANCE.md`. Fairness
-/// holds best where every instance offers more than its share; the limits are whole permits, so
+/// holds best where every instance offers more than its share. The limits are whole permits, so
 /// more instances than the dependency has workers hold at least one permit each and queue the
-/// rest.
+/// rest: then no instance ever sees the unloaded RTT, and the shares are less even (Jain's
+/// index about 0.9 for 8 instances in front of 4 workers, against 0.98 for 4).
 ///
 /// ```
 /// use flowguard::vegas::{LimitAlgorithm, Outcome, Sample, Vegas};
