@@ -119,3 +119,51 @@ fn drops_still_halve_the_limit_after_a_relearn() {
     let after = vegas.update(&sample(1_000, before, Outcome::Dropped));
     assert_eq!(after, before / 2);
 }
+
+#[test]
+fn a_dependency_that_slows_while_the_caller_is_light_is_relearned_once_it_is_busy() {
+    // A caller with one call at a time (the default limit starts at 1 and stays small, since
+    // growth needs use) sees the dependency slow down 2.5x. At one call in flight it cannot cut
+    // or probe lower, so its baseline stays at 10 ms. When its traffic picks up, the limit must
+    // still reach the four slots: the stale baseline is found out by trying one call more.
+    let mut vegas = Vegas::new();
+    let slower = Dependency {
+        service_micros: 25_000,
+        ..FOUR_SLOTS
+    };
+    for (dependency, samples) in [(FOUR_SLOTS, 200), (slower, 400)] {
+        for _ in 0..samples {
+            vegas.update(&sample(dependency.rtt_micros(1), 1, Outcome::Success));
+        }
+    }
+    let limits = drive(&mut vegas, slower, 3_000);
+    assert_eq!(vegas.rtt_base(), Some(Duration::from_millis(25)));
+    assert_keeps_four_slots_busy(&limits[2_000..], "once the caller is busy");
+}
+
+#[test]
+fn an_rtt_that_grows_with_the_load_below_the_slots_does_not_hold_the_limit_below_them() {
+    // 8 slots of 10 ms on a busy host: every call in flight adds 2 % to the RTT, queued or
+    // not (11.4 ms with 7 in flight), as on a machine whose cores serve client and dependency.
+    // Read as a queue, that would keep the limit below the 8 slots; a cut that leaves the RTT
+    // where it was shows it is not one.
+    let rtt = |in_flight: usize| {
+        let busy = 10_000.0 * (1.0 + 0.02 * in_flight as f64);
+        (busy * (in_flight as f64 / 8.0).max(1.0)) as u64
+    };
+    let mut vegas = Vegas::new();
+    let mut limits = Vec::new();
+    for _ in 0..20_000 {
+        let limit = vegas.limit();
+        limits.push(vegas.update(&sample(rtt(limit), limit, Outcome::Success)));
+    }
+    let settled = &limits[10_000..];
+    let below = settled.iter().filter(|&&limit| limit < 8).count();
+    assert!(
+        below * 100 <= settled.len(),
+        "below the 8 slots in {below} of {} samples, limits {:?}",
+        settled.len(),
+        settled.iter().min()..=settled.iter().max()
+    );
+    assert!(settled.iter().all(|&limit| limit <= 12), "{:?}", settled.iter().max());
+}

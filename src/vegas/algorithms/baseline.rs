@@ -157,6 +157,8 @@ const RISE_TOLERANCE: f64 = 1.05;
 /// halves its limit): the RTT falls a little, but far less than the instance's own concurrency
 /// predicts, and that must not raise its baseline to the others' queue.
 pub(crate) const INSENSITIVE: f64 = 0.95;
+/// The RTT after a cut must stay at least this share of the RTT before it to count as flat.
+const FLAT: f64 = 0.98;
 /// The concurrency after the cut must be at most this share of the reference's.
 const CONCURRENCY_FALL: f64 = 0.9;
 /// A reference's calls must all have been granted with at least this share of its mean
@@ -173,6 +175,17 @@ impl CutReference {
             low: window.low,
             in_flight: window.mean_in_flight,
         })
+    }
+
+    /// Whether `after`, the window after the cut, kept the RTT where it was although the
+    /// concurrency fell: the RTT above `base` was no queue (a queue shortens with the
+    /// concurrency), though by too little to reveal a stale baseline.
+    pub(crate) fn is_flat(&self, base: u64, after: &WindowSummary) -> bool {
+        let after_low = after.low as f64;
+        after.mean_in_flight <= CONCURRENCY_FALL * self.in_flight
+            && after_low <= RISE_TOLERANCE * self.low as f64
+            && after_low >= FLAT * self.low as f64
+            && after.low > base
     }
 
     /// Whether `after`, the window after the cut, shows that `base` is stale: concurrency fell,

@@ -7,6 +7,7 @@ mod baseline;
 mod bounds;
 mod fixed;
 mod gradient;
+mod raise_spacing;
 mod vegas;
 
 pub use aimd::{Aimd, AimdBuilder};

@@ -5,6 +5,7 @@ use super::baseline::{
     Baseline, CutReference, INSENSITIVE, SampleWindow, WindowSummary, low_percentile,
 };
 use super::bounds::LimitBounds;
+use super::raise_spacing::RaiseSpacing;
 use crate::vegas::error::{ConfigError, check_range};
 
 /// The settings of a [`Vegas`] algorithm; see [`VegasBuilder`] for what each one does.
@@ -250,6 +251,8 @@ enum Phase {
         seen: usize,
         /// Started while the queue estimate was above `beta` (a stale baseline is possible).
         stale: bool,
+        /// A trial of one call more than the limit's floor, where a probe cannot go lower.
+        up: bool,
     },
 }
 
@@ -274,6 +277,12 @@ enum Phase {
 ///   after the cut no longer queue, their low percentile becomes the baseline and the limit
 ///   returns to where it was before the congestion (see `baseline.rs`). A window whose calls
 ///   were granted at mixed concurrency (a ramp) is never a reference.
+/// - **An RTT that grows with the load is not a queue either.** On a busy host the RTT can rise
+///   by several percent with the load before the dependency's workers are all busy (10.4 ms at
+///   low load, 11.7 ms with 7 calls in flight in front of 8 workers, measured on loopback with
+///   client and backend on 2 cores), and the band reads that as a queue, which would keep the
+///   limit below the workers. When the RTT after a cut stays within 2 % of the RTT before it,
+///   the baseline is raised by at most the band (`max_queue_share`) and the cut undone.
 /// - **Re-learning without adopting a loaded sample.** When the queue estimate stays above
 ///   `beta` for `stale_rounds` rounds, or the dependency sped up, a probe lowers the limit to
 ///   `probe_ratio * limit`, skips one round, and takes the low percentile of samples granted
@@ -281,6 +290,13 @@ enum Phase {
 ///   did not fall with the concurrency (a stale baseline, whose cuts are then undone). A periodic
 ///   probe goes only as low as the concurrency at which the last window would not have queued,
 ///   and may only lower the baseline.
+/// - **At the floor, one call more.** A limit at the bounds' minimum cannot be cut, and no probe
+///   goes lower, so there the stale-baseline question is asked the other way round: the limit
+///   is raised by one call for a few samples. If the RTT does not rise, a worker was free and
+///   the dependency only got slower: its RTT is re-learned and the limit grows again. If it
+///   rises, the queue is real (another caller's, which this one cannot shorten), the baseline
+///   stays and the next trial waits twice as long. Without it, a limit that sat at 1 when the
+///   dependency slowed stayed at 1 for good.
 /// - **Multiplicative cuts on drops**, at most once per round of calls, so a real overload halves
 ///   the load at once while a burst of fast failures costs one cut, not a collapse.
 /// - **Growth only when used**: only windows whose calls were granted with, on average,
@@ -323,15 +339,25 @@ enum Phase {
 ///   dependency, the limit spends 4-6 % of the time below the dependency's concurrency.
 ///   Netflix's Gradient2 follows a long-term average RTT instead of a minimum, which creeps up
 ///   with a standing queue too.
+/// - **Raises of the baseline are spaced.** One instance cannot always tell a slower dependency
+///   from the queue the others keep: when it alone lowers its concurrency, the RTT stays about
+///   where it was in both cases. A baseline raised on the others' queue lets the instance grow,
+///   which lengthens the queue, which its next raise takes in again, and the instances that
+///   took the queue for their baseline hold the others down at a permit each. So a raise comes
+///   at least 50 rounds after the previous one, and a raise that follows the previous one within
+///   four such gaps doubles the gap (up to 2,000 rounds); the small raises for an RTT that grows
+///   with the load are spaced apart the same way, on their own. Alone, a dependency that got
+///   slower needs one raise, not a series.
 /// - **A newcomer starts small.** The limit starts at 1 and slow start takes it up, rather than
 ///   adding a burst of calls at once to a queue the others share.
 ///
 /// Measured in `vegas_sim --fleet` (4 workers at 10 ms, 3x overload, 2 to 8 instances, a late
 /// joiner and one leaving), in `overload --fleet 4` on real sockets, and alone in front of a
 /// dependency whose capacity steps (`vegas_sim --step`): see `docs/PERFORMANCE.md`. Fairness
-/// holds best where every instance offers more than its share; the limits are whole permits, so
+/// holds best where every instance offers more than its share. The limits are whole permits, so
 /// more instances than the dependency has workers hold at least one permit each and queue the
-/// rest.
+/// rest: then no instance ever sees the unloaded RTT, and the shares are less even (Jain's
+/// index about 0.9 for 8 instances in front of 4 workers, against 0.98 for 4).
 ///
 /// ```
 /// use flowguard::vegas::{LimitAlgorithm, Outcome, Sample, Vegas};
@@ -368,7 +394,17 @@ pub struct Vegas {
     samples_since_cut: usize,
     cut_cooldown: usize,
     congested_rounds: f64,
+    /// Congested rounds a stale suspicion must last at the limit's floor before the next trial
+    /// of one call more; doubles after each trial that finds a real queue.
+    trial_after: f64,
     limit_before_congestion: f64,
+    /// Samples fed so far (the clock of the raise spacings).
+    samples: u64,
+    /// When the baseline may next be raised to a stale baseline's RTT.
+    stale_raises: RaiseSpacing,
+    /// When the baseline may next be raised a little, to an RTT that did not fall with the
+    /// concurrency.
+    flat_raises: RaiseSpacing,
     /// The window that caused the last RTT-based cut, until the window after it is judged.
     cut_reference: Option<CutReference>,
     /// No queue or drop seen yet: grow by the whole limit per round, like TCP slow start.
@@ -406,7 +442,11 @@ impl Vegas {
             samples_since_cut: 0,
             cut_cooldown: 0,
             congested_rounds: 0.0,
+            trial_after: config.stale_rounds,
             limit_before_congestion: start as f64,
+            samples: 0,
+            stale_raises: RaiseSpacing::default(),
+            flat_raises: RaiseSpacing::default(),
             cut_reference: None,
             slow_start: true,
             config,
@@ -453,7 +493,17 @@ impl Vegas {
             .config
             .bounds
             .clamp(self.estimate * self.config.probe_ratio);
-        self.enter_probe(probe_limit, stale);
+        if probe_limit < self.current {
+            self.enter_probe(probe_limit, stale, false);
+        } else if stale
+            && self.current < self.config.bounds.max()
+            && self.congested_rounds >= self.trial_after
+        {
+            // At the floor no probe goes lower. One call more tells a stale baseline (the RTT
+            // does not rise: the dependency has a free worker, it only got slower) from a
+            // queue this instance cannot shorten (the RTT rises by one call's share of it).
+            self.enter_probe(self.current + 1, true, true);
+        }
     }
 
     /// A periodic probe: down to the concurrency at which the last window would not have queued
@@ -477,11 +527,11 @@ impl Vegas {
             .bounds
             .clamp(unqueued.max(self.estimate * self.config.probe_ratio));
         if probe_limit < self.current {
-            self.enter_probe(probe_limit, false);
+            self.enter_probe(probe_limit, false, false);
         }
     }
 
-    fn enter_probe(&mut self, probe_limit: usize, stale: bool) {
+    fn enter_probe(&mut self, probe_limit: usize, stale: bool, up: bool) {
         self.probe_buffer.clear();
         self.phase = Phase::Probing {
             restore: self.estimate,
@@ -489,6 +539,7 @@ impl Vegas {
             skip: self.config.bounds.clamp(self.estimate),
             seen: 0,
             stale,
+            up,
         };
     }
 
@@ -502,6 +553,37 @@ impl Vegas {
         self.samples_since_probe = 0;
         self.congested_rounds = 0.0;
         self.set_estimate(restore);
+    }
+
+    /// Whether the baseline may be raised to a stale baseline's RTT now (see `RaiseSpacing`).
+    fn may_raise(&mut self) -> bool {
+        self.stale_raises.allow(self.samples, self.current)
+    }
+
+    /// Ends a trial of one call more at the limit's floor, with the low percentile of the RTTs
+    /// at the higher concurrency (`None`: the caller did not use it).
+    #[inline(never)]
+    fn end_trial(&mut self, restore: f64, learned: Option<u64>) {
+        let recent = self.baseline.last_window();
+        match (learned, recent) {
+            // One call more did not lengthen the RTT: a worker was free, so the RTT at the floor
+            // was no queue but a slower dependency. Re-learn it and undo the cuts.
+            (Some(learned), Some(recent))
+                if INSENSITIVE * learned as f64 <= recent as f64 && self.may_raise() =>
+            {
+                self.trial_after = self.config.stale_rounds;
+                self.end_probe(
+                    restore.max(self.limit_before_congestion),
+                    Some(learned.min(recent)),
+                );
+            }
+            // A real queue (the RTT rose with the extra call), or no answer: keep the baseline,
+            // and wait twice as long before the next trial.
+            _ => {
+                self.trial_after = (self.trial_after * 2.0).min(TRIAL_AFTER_MAX);
+                self.end_probe(restore, None);
+            }
+        }
     }
 
     #[inline(never)]
@@ -527,20 +609,35 @@ impl Vegas {
             skip,
             seen,
             stale,
+            up,
         } = &mut self.phase
         else {
             return;
         };
         *seen += 1;
+        // A trial keeps the calls granted with the extra call in flight; a probe those granted
+        // at no more than its reduced limit.
+        let counts = if *up {
+            in_flight >= *probe_limit
+        } else {
+            in_flight <= *probe_limit
+        };
         if *skip > 0 {
             *skip -= 1;
-        } else if in_flight <= *probe_limit {
+        } else if counts {
             self.probe_buffer.push(rtt);
         }
         let wanted = self.config.probe_samples.max(*probe_limit / 2);
-        let (mut restore, stale) = (*restore, *stale);
+        let (mut restore, stale, up) = (*restore, *stale, *up);
         let give_up = *seen > 8 * (restore as usize + wanted);
-        if self.probe_buffer.len() >= wanted {
+        if up {
+            if self.probe_buffer.len() >= wanted {
+                let learned = low_percentile(&mut self.probe_buffer);
+                self.end_trial(restore, learned);
+            } else if give_up {
+                self.end_trial(restore, None);
+            }
+        } else if self.probe_buffer.len() >= wanted {
             let learned = low_percentile(&mut self.probe_buffer);
             // RTT did not fall when concurrency did: the congestion was a stale baseline, not a
             // queue, so the cuts made since it began were wrong and are undone.
@@ -548,6 +645,7 @@ impl Vegas {
                 (Some(learned), Some(recent)) => learned as f64 >= INSENSITIVE * recent as f64,
                 _ => false,
             };
+            let insensitive = insensitive && (!stale || self.may_raise());
             if stale && insensitive {
                 restore = restore.max(self.limit_before_congestion);
             }
@@ -600,16 +698,30 @@ impl Vegas {
         let Some(base) = self.baseline.estimate() else {
             return;
         };
-        if let Some(reference) = self.cut_reference.take()
-            && reference.reveals_stale(base, window)
-        {
-            // The cut did not shorten the RTT: the dependency got slower, it is not queueing.
-            // Adopt the RTT after the cut (taken at reduced concurrency) as the baseline and undo
-            // the cuts made since the congestion began.
-            self.baseline.relearn(window.low);
-            self.congested_rounds = 0.0;
-            self.set_estimate(self.estimate.max(self.limit_before_congestion));
-            return;
+        if let Some(reference) = self.cut_reference.take() {
+            if reference.reveals_stale(base, window) {
+                if self.may_raise() {
+                    // The cut did not shorten the RTT: the dependency got slower, it is not
+                    // queueing. Adopt the RTT after the cut (taken at reduced concurrency) as the
+                    // baseline and undo the cuts made since the congestion began.
+                    self.baseline.relearn(window.low);
+                    self.congested_rounds = 0.0;
+                    self.set_estimate(self.estimate.max(self.limit_before_congestion));
+                    return;
+                }
+            } else if reference.is_flat(base, window)
+                && self.flat_raises.allow(self.samples, self.current)
+            {
+                // The RTT did not fall with the concurrency, by too little to reveal a slower
+                // dependency: what the band read as a queue is an RTT that grows with the load
+                // below the dependency's concurrency (a busy host, say). Raise the baseline by
+                // at most the band, and undo the cuts.
+                let cap = (base as f64 * (1.0 + self.config.max_queue_share)) as u64;
+                self.baseline.relearn(window.low.min(cap));
+                self.congested_rounds = 0.0;
+                self.set_estimate(self.estimate.max(self.limit_before_congestion));
+                return;
+            }
         }
         let limit = self.estimate;
         let queue = limit * (1.0 - base as f64 / window.low as f64).max(0.0);
@@ -640,11 +752,18 @@ impl Vegas {
                 self.limit_before_congestion = limit;
             }
             self.congested_rounds += rounds;
-            self.cut_reference = CutReference::of(window);
             // Multiplicative: down to the concurrency that leaves `alpha` queued, at most by
             // `backoff_ratio`. Every instance in front of the dependency cuts in proportion,
             // which empties the shared queue in one step.
-            -((queue - alpha).min(limit * (1.0 - self.config.backoff_ratio)))
+            let cut = (queue - alpha).min(limit * (1.0 - self.config.backoff_ratio));
+            // A cut judges the baseline by the window after it, if it lowers the concurrency;
+            // at the limit's floor it cannot, and a trial does instead.
+            self.cut_reference = if self.current > self.config.bounds.min() {
+                CutReference::of(window)
+            } else {
+                None
+            };
+            -cut
         } else {
             self.slow_start = false;
             self.congested_rounds = 0.0;
@@ -667,6 +786,7 @@ impl Vegas {
     #[inline]
     fn feed(&mut self, rtt_nanos: u64, in_flight: usize, outcome: Outcome) -> usize {
         self.samples_since_cut = self.samples_since_cut.saturating_add(1);
+        self.samples = self.samples.wrapping_add(1);
         let rtt = rtt_nanos.max(1);
         match (outcome, &self.phase) {
             // Nothing the limit depends on changed.
@@ -697,6 +817,9 @@ impl Vegas {
         current
     }
 }
+
+/// The most congested rounds between two trials of one call more at the limit's floor.
+const TRIAL_AFTER_MAX: f64 = 256.0;
 
 /// Samples per window at limit `current`: at least `baseline_window`, at least half the limit.
 /// The window that judges a cut takes half as many (at least 4): at a small limit it is the one

@@ -701,6 +701,34 @@ mod tests {
         }
     }
 
+    /// Eight instances in front of four workers: a fair share is half a call, below the one
+    /// permit each instance keeps, so a queue of four calls always stands and no instance can
+    /// see the unloaded RTT. The instances must not take that queue for their baselines in
+    /// turn (each re-learn letting one grow and lengthen the queue the next one takes): the
+    /// limits stay near one each and the shares fair.
+    #[test]
+    fn vegas_does_not_ratchet_its_baseline_up_when_instances_outnumber_workers() {
+        for seed in [7, 11, 23, 31] {
+            let scenario = fleet::FleetScenario::standard(8, seed);
+            let reports = run_fleet(&scenario).unwrap();
+            let by_name = |name: &str| reports.iter().find(|r| r.name == name).unwrap();
+            let vegas = by_name("vegas");
+            let context = format!("seed {seed}");
+            assert!(vegas.jain >= 0.85, "{context}: Jain {}", vegas.jain);
+            assert!(
+                vegas.limit_sum_all_up <= 16.0,
+                "{context}: the limits add up to {}",
+                vegas.limit_sum_all_up
+            );
+            assert!(
+                vegas.worst_p99_ms() <= 1.5 * by_name("fixed 1").worst_p99_ms(),
+                "{context}: p99 {}",
+                vegas.worst_p99_ms()
+            );
+            assert_eq!(vegas.timeouts(), 0, "{context}");
+        }
+    }
+
     /// The capacity-step targets, in simulation: after the service time steps from 10 to 25 ms
     /// at 4 workers, Vegas keeps at least 90 % of the best fixed limit's goodput in the first
     /// second, and its limit stays below the worker count less than 1 % of the steady time.
