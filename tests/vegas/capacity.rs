@@ -165,5 +165,9 @@ fn an_rtt_that_grows_with_the_load_below_the_slots_does_not_hold_the_limit_below
         settled.len(),
         settled.iter().min()..=settled.iter().max()
     );
-    assert!(settled.iter().all(|&limit| limit <= 12), "{:?}", settled.iter().max());
+    assert!(
+        settled.iter().all(|&limit| limit <= 12),
+        "{:?}",
+        settled.iter().max()
+    );
 }

@@ -11,7 +11,7 @@
 /// The fewest rounds between two raises.
 const GAP: f64 = 50.0;
 /// The most rounds between two raises.
-const GAP_MAX: f64 = 2000.0;
+const GAP_MAX: f64 = 200.0;
 /// A raise more than this many gaps after the previous one resets the gap to [`GAP`]; one
 /// sooner doubles it.
 const RESET: u64 = 4;
@@ -88,7 +88,7 @@ mod tests {
             }
             gaps.push(now - start);
         }
-        assert_eq!(gaps, [50, 100, 200, 400, 800, 1600, 2000, 2000]);
+        assert_eq!(gaps, [50, 100, 200, 200, 200, 200, 200, 200]);
     }
 
     #[test]

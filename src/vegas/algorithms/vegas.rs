@@ -345,7 +345,7 @@ enum Phase {
 ///   which lengthens the queue, which its next raise takes in again, and the instances that
 ///   took the queue for their baseline hold the others down at a permit each. So a raise comes
 ///   at least 50 rounds after the previous one, and a raise that follows the previous one within
-///   four such gaps doubles the gap (up to 2,000 rounds); the small raises for an RTT that grows
+///   four such gaps doubles the gap (up to 200 rounds); the small raises for an RTT that grows
 ///   with the load are spaced apart the same way, on their own. Alone, a dependency that got
 ///   slower needs one raise, not a series.
 /// - **A newcomer starts small.** The limit starts at 1 and slow start takes it up, rather than
