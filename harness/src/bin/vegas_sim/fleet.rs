@@ -282,7 +282,7 @@ pub fn simulate_fleet(
     }
 
     let all_up_s = (all_up_until - all_up_from) as f64 / 1e9;
-    let per_second = (1_000_000_000 / trace) as usize;
+    let seconds = scenario.end.as_secs() as usize;
     let limit_sum_trace: Vec<f64> = (0..instances[0].trace.len())
         .map(|i| instances.iter().map(|instance| instance.trace[i]).sum())
         .collect();
@@ -326,19 +326,17 @@ pub fn simulate_fleet(
                 timeouts: instance.timeouts,
                 shed: instance.shed,
                 errors: None,
-                limit_per_s: means(&instance.trace, per_second),
+                limit_per_s: per_second(&instance.trace, seconds),
             }
         })
         .collect();
     let goodputs: Vec<f64> = reports.iter().map(|r| r.goodput_all_up).collect();
     let ok: u64 = reports.iter().map(|r| r.ok).sum();
-    let mut limit_sum_per_s = means(&limit_sum_trace, per_second);
-    limit_sum_per_s.truncate(scenario.end.as_secs() as usize);
     Ok(FleetReport {
         name,
         goodput_ratio: ok as f64 / (scenario.capacity() * scenario.end.as_secs_f64()),
         jain: jain_index(&goodputs),
-        limit_sum_per_s,
+        limit_sum_per_s: per_second(&limit_sum_trace, seconds),
         limit_sum_per_100ms: Some(limit_sum_trace),
         limit_sum_all_up: Some(limit_sum_all_up),
         late_joiner_80_s,
@@ -346,10 +344,12 @@ pub fn simulate_fleet(
     })
 }
 
-/// The mean of every `chunk` values of `trace` (the last chunk may be shorter).
-fn means(trace: &[f64], chunk: usize) -> Vec<Option<f64>> {
+/// The mean of `trace` (a value per [`TRACE`]) per second, over the first `seconds` of the run.
+fn per_second(trace: &[f64], seconds: usize) -> Vec<Option<f64>> {
+    let chunk = (1_000_000_000 / nanos(TRACE)) as usize;
     trace
         .chunks(chunk)
+        .take(seconds)
         .map(|values| Some(values.iter().sum::<f64>() / values.len() as f64))
         .collect()
 }
