@@ -2,6 +2,7 @@
 
 pub mod cli;
 pub mod fairness;
+pub mod fleet_report;
 pub mod naive;
 pub mod overload;
 

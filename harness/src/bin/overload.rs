@@ -33,11 +33,12 @@ use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 use flowguard_harness::cli;
+use flowguard_harness::fleet_report::FleetReport;
 use flowguard_harness::overload::backend::{
     self, BACKEND_USAGE, BackendArgs, BackendConfig, BackendFlags,
 };
 use flowguard_harness::overload::client::{self, ClientConfig};
-use flowguard_harness::overload::fleet::{self, FleetConfig, FleetReport};
+use flowguard_harness::overload::fleet::{self, FleetConfig};
 use flowguard_harness::overload::gate::LimiterKind;
 use flowguard_harness::overload::machine::{self, Machine};
 use flowguard_harness::overload::report::{self, Report, Targets};
@@ -235,7 +236,7 @@ async fn run_fleet(args: &Args, fleet: FleetConfig) -> Result<(), String> {
         if !args.json {
             eprintln!(
                 "{}: jain {:?}, {} timeouts",
-                report.limiter,
+                report.name,
                 report.jain,
                 report.timeouts()
             );

@@ -9,9 +9,10 @@
 //! (`join_at`); the first one leaves at `leave_at`; the run ends at `seconds`.
 //!
 //! Per instance it reports goodput (per second, while every instance is up), p50/p99 latency of
-//! successful requests and timeouts; for the fleet, Jain's index over those goodputs, the total
-//! goodput over the backend's capacity while all are up, the sum of the limits per second, and
-//! the time the late joiner took to hold 80 % of its fair share (two 500 ms windows in a row).
+//! successful requests, timeouts and the limit per second; for the fleet, Jain's index over those
+//! goodputs, the total goodput over the backend's capacity while all are up, the sum of the
+//! limits per second, and the time the late joiner took to hold 80 % of its fair share (two
+//! 500 ms windows in a row): a [`FleetReport`], printed by [`print`].
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -22,6 +23,7 @@ use super::backend::BackendConfig;
 use super::client::{self, ClientConfig, Record, http_client};
 use super::gate::{Gate, HttpCall, LimiterKind, Outcome};
 use crate::fairness::{jain_index, time_to_share};
+use crate::fleet_report::{self, FleetReport, InstanceReport, percentile};
 
 /// The fleet's schedule.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -76,86 +78,6 @@ impl FleetConfig {
 /// Width of the windows the late joiner's share is judged on.
 const SHARE_WINDOW: f64 = 0.5;
 
-/// One instance's figures.
-#[derive(Debug, Clone)]
-pub struct InstanceReport {
-    /// Successful requests per second while every instance was up.
-    pub goodput_all_up: f64,
-    /// Requests that arrived.
-    pub arrivals: u64,
-    /// Successful requests.
-    pub ok: u64,
-    /// Median latency of successful requests, ms.
-    pub p50_ms: Option<f64>,
-    /// 99th percentile latency of successful requests, ms.
-    pub p99_ms: Option<f64>,
-    /// Sent, no answer before the deadline.
-    pub timeouts: u64,
-    /// Never sent: no permit within the wait.
-    pub shed: u64,
-    /// Answered non-2xx, failed, or never ended.
-    pub errors: u64,
-}
-
-/// One limiter kind's figures across the fleet.
-#[derive(Debug, Clone)]
-pub struct FleetReport {
-    /// The limiter's name.
-    pub limiter: String,
-    /// Per instance, in start order (the last one is the late joiner, the first one leaves).
-    pub instances: Vec<InstanceReport>,
-    /// Jain's index over the instances' goodput while all were up.
-    pub jain: Option<f64>,
-    /// Successful requests per second while all were up, over the backend's capacity.
-    pub goodput_ratio: f64,
-    /// Sum of the instances' limits, mean per second of the run (`None` without limiters).
-    pub limit_sum_per_s: Vec<Option<f64>>,
-    /// Mean sum of the limits while all were up.
-    pub limit_sum_all_up: Option<f64>,
-    /// Seconds from the late join until the newcomer held 80 % of its fair share.
-    pub late_joiner_80_s: Option<f64>,
-}
-
-impl FleetReport {
-    /// The worst instance's p99.
-    pub fn worst_p99_ms(&self) -> Option<f64> {
-        self.instances
-            .iter()
-            .filter_map(|i| i.p99_ms)
-            .reduce(f64::max)
-    }
-
-    /// Timeouts across the fleet.
-    pub fn timeouts(&self) -> u64 {
-        self.instances.iter().map(|i| i.timeouts).sum()
-    }
-
-    /// The figures as JSON.
-    pub fn to_json(&self) -> serde_json::Value {
-        let round = |v: f64| (v * 1000.0).round() / 1000.0;
-        serde_json::json!({
-            "limiter": self.limiter,
-            "jain": self.jain.map(round),
-            "goodput_ratio": round(self.goodput_ratio),
-            "worst_p99_ms": self.worst_p99_ms().map(round),
-            "timeouts": self.timeouts(),
-            "limit_sum_all_up": self.limit_sum_all_up.map(round),
-            "limit_sum_per_s": self.limit_sum_per_s.iter().map(|l| l.map(round)).collect::<Vec<_>>(),
-            "late_joiner_80_s": self.late_joiner_80_s.map(round),
-            "instances": self.instances.iter().map(|i| serde_json::json!({
-                "goodput_all_up_per_s": round(i.goodput_all_up),
-                "arrivals": i.arrivals,
-                "ok": i.ok,
-                "p50_ms": i.p50_ms.map(round),
-                "p99_ms": i.p99_ms.map(round),
-                "timeouts": i.timeouts,
-                "shed": i.shed,
-                "errors": i.errors,
-            })).collect::<Vec<_>>(),
-        })
-    }
-}
-
 /// Runs `kind` in every instance of `fleet` against the backend at `base` for `config.seconds`.
 pub async fn run(
     base: &reqwest::Url,
@@ -206,13 +128,11 @@ pub async fn run(
     Ok(report(kind, &fleet, config, &backend, &offered, &limits))
 }
 
-/// Samples every gate's limit every 10 ms until `seconds`: `(at, limit of each instance, None
-/// when it is not up or has no limiter)`.
-async fn sample_limits(
-    gates: Vec<Arc<Gate>>,
-    start: Instant,
-    seconds: f64,
-) -> Vec<(f64, Vec<Option<usize>>)> {
+/// A sample of the limits: `(at, limit of each instance, None when it has no limiter)`.
+type LimitSample = (f64, Vec<Option<usize>>);
+
+/// Samples every gate's limit every 10 ms until `seconds`.
+async fn sample_limits(gates: Vec<Arc<Gate>>, start: Instant, seconds: f64) -> Vec<LimitSample> {
     let mut samples = Vec::new();
     let mut ticks = tokio::time::interval(client::SAMPLE_EVERY);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
@@ -232,16 +152,39 @@ fn report(
     config: &ClientConfig,
     backend: &BackendConfig,
     offered: &[client::Offered],
-    limits: &[(f64, Vec<Option<usize>>)],
+    limits: &[LimitSample],
 ) -> FleetReport {
     let (from, until) = fleet.all_up();
     let within = |record: &Record| {
         let done = record.done.as_secs_f64();
         record.outcome == Outcome::Ok && done >= from && done < until
     };
+    // Whether instance `index` is up at `at` seconds, and the mean per second of the run of what
+    // `value` reads from each sample of the limits.
+    let up = |index: usize, at: f64| {
+        at >= fleet.start_of(index).as_secs_f64()
+            && at < fleet.stop_of(index, config.seconds).as_secs_f64()
+    };
+    let mean = |values: Vec<f64>| {
+        (!values.is_empty()).then(|| values.iter().sum::<f64>() / values.len() as f64)
+    };
+    let per_second = |value: &dyn Fn(&LimitSample) -> Option<f64>| {
+        (0..config.seconds.ceil() as usize)
+            .map(|s| {
+                mean(
+                    limits
+                        .iter()
+                        .filter(|(at, _)| *at >= s as f64 && *at < s as f64 + 1.0)
+                        .filter_map(value)
+                        .collect(),
+                )
+            })
+            .collect::<Vec<_>>()
+    };
     let instances: Vec<InstanceReport> = offered
         .iter()
-        .map(|o| {
+        .enumerate()
+        .map(|(index, o)| {
             let mut latencies: Vec<f64> = o
                 .records
                 .iter()
@@ -255,14 +198,21 @@ fn report(
             InstanceReport {
                 goodput_all_up: o.records.iter().filter(|r| within(r)).count() as f64
                     / (until - from),
-                arrivals: o.arrivals,
+                arrivals: Some(o.arrivals),
                 ok: count(|o| *o == Outcome::Ok),
                 p50_ms: percentile(&latencies, 0.5),
                 p99_ms: percentile(&latencies, 0.99),
                 timeouts: count(|o| *o == Outcome::Timeout),
                 shed: count(|o| *o == Outcome::Shed),
-                errors: count(|o| matches!(o, Outcome::Rejected(_) | Outcome::Transport))
-                    + o.unfinished,
+                errors: Some(
+                    count(|o| matches!(o, Outcome::Rejected(_) | Outcome::Transport))
+                        + o.unfinished,
+                ),
+                limit_per_s: per_second(&|(at, each)| {
+                    each[index]
+                        .filter(|_| up(index, *at))
+                        .map(|limit| limit as f64)
+                }),
             }
         })
         .collect();
@@ -270,11 +220,7 @@ fn report(
     let goodput_ratio = goodputs.iter().sum::<f64>() / backend.capacity();
 
     // The sum of the limits of the instances that are up, per second and while all are up.
-    let up = |index: usize, at: f64| {
-        at >= fleet.start_of(index).as_secs_f64()
-            && at < fleet.stop_of(index, config.seconds).as_secs_f64()
-    };
-    let sum_at = |(at, each): &(f64, Vec<Option<usize>>)| -> Option<f64> {
+    let sum_at = |(at, each): &LimitSample| -> Option<f64> {
         let mut sum = None;
         for (index, limit) in each.iter().enumerate() {
             if let (Some(limit), true) = (limit, up(index, *at)) {
@@ -283,21 +229,7 @@ fn report(
         }
         sum
     };
-    let mean = |values: Vec<f64>| {
-        (!values.is_empty()).then(|| values.iter().sum::<f64>() / values.len() as f64)
-    };
-    let seconds = config.seconds.ceil() as usize;
-    let limit_sum_per_s = (0..seconds)
-        .map(|s| {
-            mean(
-                limits
-                    .iter()
-                    .filter(|(at, _)| *at >= s as f64 && *at < s as f64 + 1.0)
-                    .filter_map(sum_at)
-                    .collect(),
-            )
-        })
-        .collect();
+    let limit_sum_per_s = per_second(&sum_at);
     let limit_sum_all_up = mean(
         limits
             .iter()
@@ -327,76 +259,28 @@ fn report(
     let late_joiner_80_s =
         time_to_share(&per_window, SHARE_WINDOW, fleet.join_at.as_secs_f64(), 0.8);
     FleetReport {
-        limiter: kind.name(),
+        name: kind.name(),
         jain: jain_index(&goodputs),
         goodput_ratio,
         limit_sum_per_s,
+        limit_sum_per_100ms: None,
         limit_sum_all_up,
         late_joiner_80_s,
         instances,
     }
 }
 
-/// The value at share `p` of sorted `values`.
-fn percentile(sorted: &[f64], p: f64) -> Option<f64> {
-    if sorted.is_empty() {
-        return None;
-    }
-    let index = ((sorted.len() as f64 * p).ceil() as usize).clamp(1, sorted.len()) - 1;
-    Some(sorted[index])
-}
-
-/// Prints a table row per limiter, then per-instance figures and the sums of limits per second.
+/// Prints the fleet's schedule, then the fleet report of each limiter (see
+/// [`fleet_report::print`]) and the limit per instance of flowguard's.
 pub fn print(fleet: &FleetConfig, reports: &[FleetReport]) {
     let (from, until) = fleet.all_up();
-    let ms = |v: Option<f64>| v.map_or("-".to_owned(), |v| format!("{v:.0}"));
     println!(
         "fleet of {} in one process (a limiter and an HTTP client each), starts {:?} apart, the last joins at {:?}, the first leaves at {:?}; judged from {from} s to {until} s",
         fleet.instances, fleet.stagger, fleet.join_at, fleet.leave_at
     );
-    println!(
-        "{:<16} {:>8} {:>6} {:>10} {:>9} {:>10} {:>11}",
-        "limiter", "goodput", "jain", "worst p99", "timeouts", "sum limit", "late 80% s"
-    );
-    for r in reports {
-        println!(
-            "{:<16} {:>8.3} {:>6} {:>10} {:>9} {:>10} {:>11}",
-            r.limiter,
-            r.goodput_ratio,
-            r.jain.map_or("-".to_owned(), |j| format!("{j:.3}")),
-            ms(r.worst_p99_ms()),
-            r.timeouts(),
-            r.limit_sum_all_up
-                .map_or("-".to_owned(), |l| format!("{l:.1}")),
-            r.late_joiner_80_s
-                .map_or("never".to_owned(), |s| format!("{s:.1}"))
-        );
-    }
-    println!("per instance (goodput/s while all up, p50/p99 ms, timeouts, shed):");
-    for r in reports {
-        let each: Vec<String> = r
-            .instances
-            .iter()
-            .map(|i| {
-                format!(
-                    "{:.0} {}/{} {} {}",
-                    i.goodput_all_up,
-                    ms(i.p50_ms),
-                    ms(i.p99_ms),
-                    i.timeouts,
-                    i.shed
-                )
-            })
-            .collect();
-        println!("  {:<16} {}", r.limiter, each.join(" | "));
-    }
-    println!("sum of limits, mean per second:");
-    for r in reports {
-        let each: Vec<String> = r
-            .limit_sum_per_s
-            .iter()
-            .map(|l| l.map_or("-".to_owned(), |l| format!("{l:.1}")))
-            .collect();
-        println!("  {:<16} {}", r.limiter, each.join(" "));
+    fleet_report::print(reports);
+    let flowguard = LimiterKind::Flowguard.name();
+    for report in reports.iter().filter(|r| r.name == flowguard) {
+        fleet_report::print_instance_limits(report);
     }
 }

@@ -20,6 +20,8 @@ use std::time::Duration;
 use flowguard::clock::ManualClock;
 use flowguard::vegas::{LimitAlgorithm, Limiter, OwnedPermit};
 use flowguard_harness::fairness::{jain_index, time_to_share};
+use flowguard_harness::fleet_report::{self, InstanceReport, percentile};
+pub use flowguard_harness::fleet_report::{FleetReport, print_instance_limits};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
@@ -106,52 +108,6 @@ fn nanos(duration: Duration) -> u64 {
 pub const SHARE_WINDOW: Duration = Duration::from_millis(500);
 /// Resolution of the limit traces.
 pub const TRACE: Duration = Duration::from_millis(100);
-
-/// What one instance achieved.
-#[derive(Debug, Clone)]
-pub struct InstanceReport {
-    /// Successful calls per second while every instance was up.
-    pub goodput_all_up: f64,
-    /// Successful calls over the whole run.
-    pub ok: u64,
-    pub p50_ms: f64,
-    pub p99_ms: f64,
-    pub timeouts: u64,
-    pub shed: u64,
-    /// Mean limit per [`TRACE`] interval (0 while the instance is not up).
-    pub limit_trace: Vec<f64>,
-    /// Successful calls per [`SHARE_WINDOW`].
-    pub goodput_windows: Vec<u64>,
-}
-
-/// What one kind of limiter achieved across the fleet.
-#[derive(Debug, Clone)]
-pub struct FleetReport {
-    pub name: String,
-    pub instances: Vec<InstanceReport>,
-    /// Successful calls over the run, over what the backend could complete.
-    pub goodput_ratio: f64,
-    /// Jain's index over the instances' goodput while every instance was up.
-    pub jain: f64,
-    /// Sum of the limits per [`TRACE`] interval.
-    pub limit_sum_trace: Vec<f64>,
-    /// Mean sum of the limits while every instance was up.
-    pub limit_sum_all_up: f64,
-    /// Seconds from the late join until the newcomer held 80 % of its fair share.
-    pub late_joiner_80_s: Option<f64>,
-}
-
-impl FleetReport {
-    /// The worst instance's p99 latency.
-    pub fn worst_p99_ms(&self) -> f64 {
-        self.instances.iter().map(|i| i.p99_ms).fold(0.0, f64::max)
-    }
-
-    /// Timeouts across the fleet.
-    pub fn timeouts(&self) -> u64 {
-        self.instances.iter().map(|i| i.timeouts).sum()
-    }
-}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 enum Event {
@@ -326,25 +282,9 @@ pub fn simulate_fleet(
     }
 
     let all_up_s = (all_up_until - all_up_from) as f64 / 1e9;
-    let reports: Vec<InstanceReport> = instances
-        .into_iter()
-        .map(|mut instance| {
-            instance.latencies.sort_by(f64::total_cmp);
-            InstanceReport {
-                goodput_all_up: instance.ok_all_up as f64 / all_up_s,
-                ok: instance.ok,
-                p50_ms: percentile(&instance.latencies, 0.5),
-                p99_ms: percentile(&instance.latencies, 0.99),
-                timeouts: instance.timeouts,
-                shed: instance.shed,
-                limit_trace: instance.trace,
-                goodput_windows: instance.windows,
-            }
-        })
-        .collect();
-    let goodputs: Vec<f64> = reports.iter().map(|r| r.goodput_all_up).collect();
-    let limit_sum_trace: Vec<f64> = (0..reports[0].limit_trace.len())
-        .map(|i| reports.iter().map(|r| r.limit_trace[i]).sum())
+    let seconds = scenario.end.as_secs() as usize;
+    let limit_sum_trace: Vec<f64> = (0..instances[0].trace.len())
+        .map(|i| instances.iter().map(|instance| instance.trace[i]).sum())
         .collect();
     let (from, until) = (
         (all_up_from / trace) as usize,
@@ -352,18 +292,17 @@ pub fn simulate_fleet(
     );
     let limit_sum_all_up =
         limit_sum_trace[from..until].iter().sum::<f64>() / (until - from).max(1) as f64;
-    let ok: u64 = reports.iter().map(|r| r.ok).sum();
     let late_joiner_80_s = (scenario.instances > 1)
         .then(|| {
             let newcomer = scenario.instances - 1;
-            let windows: Vec<(f64, f64, usize)> = (0..reports[0].goodput_windows.len())
+            let windows: Vec<(f64, f64, usize)> = (0..instances[0].windows.len())
                 .map(|w| {
                     let at = w as u64 * share_window;
                     let active = (0..scenario.instances)
                         .filter(|&i| at >= scenario.start_of(i) && at < scenario.stop_of(i))
                         .count();
-                    let total = reports.iter().map(|r| r.goodput_windows[w] as f64).sum();
-                    (reports[newcomer].goodput_windows[w] as f64, total, active)
+                    let total = instances.iter().map(|i| i.windows[w] as f64).sum();
+                    (instances[newcomer].windows[w] as f64, total, active)
                 })
                 .collect();
             time_to_share(
@@ -374,27 +313,48 @@ pub fn simulate_fleet(
             )
         })
         .flatten();
+    let reports: Vec<InstanceReport> = instances
+        .into_iter()
+        .map(|mut instance| {
+            instance.latencies.sort_by(f64::total_cmp);
+            InstanceReport {
+                goodput_all_up: instance.ok_all_up as f64 / all_up_s,
+                arrivals: None,
+                ok: instance.ok,
+                p50_ms: percentile(&instance.latencies, 0.5),
+                p99_ms: percentile(&instance.latencies, 0.99),
+                timeouts: instance.timeouts,
+                shed: instance.shed,
+                errors: None,
+                limit_per_s: per_second(&instance.trace, seconds),
+            }
+        })
+        .collect();
+    let goodputs: Vec<f64> = reports.iter().map(|r| r.goodput_all_up).collect();
+    let ok: u64 = reports.iter().map(|r| r.ok).sum();
     Ok(FleetReport {
         name,
         goodput_ratio: ok as f64 / (scenario.capacity() * scenario.end.as_secs_f64()),
-        jain: jain_index(&goodputs).unwrap_or(f64::NAN),
-        limit_sum_trace,
-        limit_sum_all_up,
+        jain: jain_index(&goodputs),
+        limit_sum_per_s: per_second(&limit_sum_trace, seconds),
+        limit_sum_per_100ms: Some(limit_sum_trace),
+        limit_sum_all_up: Some(limit_sum_all_up),
         late_joiner_80_s,
         instances: reports,
     })
 }
 
-/// The value at share `p` of sorted `values` (NaN if empty).
-fn percentile(sorted: &[f64], p: f64) -> f64 {
-    if sorted.is_empty() {
-        return f64::NAN;
-    }
-    let index = ((sorted.len() as f64 * p).ceil() as usize).clamp(1, sorted.len()) - 1;
-    sorted[index]
+/// The mean of `trace` (a value per [`TRACE`]) per second, over the first `seconds` of the run.
+fn per_second(trace: &[f64], seconds: usize) -> Vec<Option<f64>> {
+    let chunk = (1_000_000_000 / nanos(TRACE)) as usize;
+    trace
+        .chunks(chunk)
+        .take(seconds)
+        .map(|values| Some(values.iter().sum::<f64>() / values.len() as f64))
+        .collect()
 }
 
-/// Prints one table row per limiter, then per-instance figures and the sum of limits per second.
+/// Prints the scenario, then the fleet report of each limiter (see [`fleet_report::print`]).
 pub fn print(scenario: &FleetScenario, reports: &[FleetReport]) {
     println!(
         "\nfleet: {} instances, {} workers at {:?} (+/-{}%), {}x total overload; starts {:?} apart, the last joins at {:?}, the first leaves at {:?}, end {:?}; wait <= {:?}, deadline {:?}, seed {}",
@@ -413,101 +373,15 @@ pub fn print(scenario: &FleetScenario, reports: &[FleetReport]) {
     );
     let (from, until) = scenario.all_up();
     println!("fairness and limits judged from {from} s to {until} s (all instances up)");
-    println!(
-        "{:<10} {:>8} {:>6} {:>12} {:>9} {:>9} {:>14}",
-        "limiter", "goodput", "jain", "worst p99 ms", "timeouts", "sum limit", "late 80% s"
-    );
-    for r in reports {
-        println!(
-            "{:<10} {:>8.3} {:>6.3} {:>12.1} {:>9} {:>9.2} {:>14}",
-            r.name,
-            r.goodput_ratio,
-            r.jain,
-            r.worst_p99_ms(),
-            r.timeouts(),
-            r.limit_sum_all_up,
-            r.late_joiner_80_s
-                .map_or("never".to_owned(), |s| format!("{s:.2}"))
-        );
-    }
-    println!("per instance (goodput/s while all up, p50/p99 ms, timeouts, shed):");
-    for r in reports {
-        let each: Vec<String> = r
-            .instances
-            .iter()
-            .map(|i| {
-                format!(
-                    "{:.0} {:.0}/{:.0} {} {}",
-                    i.goodput_all_up, i.p50_ms, i.p99_ms, i.timeouts, i.shed
-                )
-            })
-            .collect();
-        println!("  {:<10} {}", r.name, each.join(" | "));
-    }
-    println!("sum of limits, mean per second:");
-    let per_second = (1_000_000_000 / nanos(TRACE)) as usize;
-    for r in reports {
-        let seconds: Vec<String> = r
-            .limit_sum_trace
-            .chunks(per_second)
-            .take(scenario.end.as_secs() as usize)
-            .map(|chunk| format!("{:>5.1}", chunk.iter().sum::<f64>() / chunk.len() as f64))
-            .collect();
-        println!("  {:<10} {}", r.name, seconds.join(" "));
-    }
+    fleet_report::print(reports);
 }
 
-/// Prints each instance's mean limit per second, for `report`.
-pub fn print_instance_limits(report: &FleetReport) {
-    let per_second = (1_000_000_000 / nanos(TRACE)) as usize;
-    println!("{}: limit per instance, mean per second:", report.name);
-    for (index, instance) in report.instances.iter().enumerate() {
-        let seconds: Vec<String> = instance
-            .limit_trace
-            .chunks(per_second)
-            .map(|chunk| format!("{:>5.1}", chunk.iter().sum::<f64>() / chunk.len() as f64))
-            .collect();
-        println!("  {index:<3} {}", seconds.join(" "));
-    }
-}
-
-/// The reports as JSON.
+/// The reports as JSON: the scenario, and each limiter's report (see [`FleetReport::to_json`]).
 pub fn json(scenario: &FleetScenario, reports: &[FleetReport]) -> serde_json::Value {
-    let round = |value: f64| (value * 1000.0).round() / 1000.0;
-    let limiters: Vec<_> = reports
-        .iter()
-        .map(|r| {
-            let instances: Vec<_> = r
-                .instances
-                .iter()
-                .map(|i| {
-                    serde_json::json!({
-                        "goodput_all_up_per_s": round(i.goodput_all_up),
-                        "ok": i.ok,
-                        "p50_ms": round(i.p50_ms),
-                        "p99_ms": round(i.p99_ms),
-                        "timeouts": i.timeouts,
-                        "shed": i.shed,
-                    })
-                })
-                .collect();
-            serde_json::json!({
-                "name": r.name,
-                "goodput_ratio": round(r.goodput_ratio),
-                "jain": round(r.jain),
-                "worst_p99_ms": round(r.worst_p99_ms()),
-                "timeouts": r.timeouts(),
-                "limit_sum_all_up": round(r.limit_sum_all_up),
-                "limit_sum_per_100ms": r.limit_sum_trace.iter().map(|l| round(*l)).collect::<Vec<_>>(),
-                "late_joiner_80_s": r.late_joiner_80_s.map(round),
-                "instances": instances,
-            })
-        })
-        .collect();
     serde_json::json!({
         "scenario": "fleet",
         "instances": scenario.instances,
         "seed": scenario.seed,
-        "limiters": limiters,
+        "limiters": reports.iter().map(FleetReport::to_json).collect::<Vec<_>>(),
     })
 }
