@@ -460,7 +460,8 @@ impl Vegas {
             .map(std::time::Duration::from_nanos)
     }
 
-    /// Whether a baseline probe (reduced limit) is running.
+    /// Whether a baseline probe is running: a reduced limit, or one call more than the floor
+    /// (see [`Vegas`], "At the floor, one call more").
     pub fn is_probing(&self) -> bool {
         matches!(self.phase, Phase::Probing { .. })
     }

@@ -480,6 +480,10 @@ struct Args {
     /// Instances in the fleet scenario, 2 to 8.
     #[arg(long, default_value_t = 4, value_name = "N", value_parser = clap::value_parser!(u8).range(2..=8))]
     instances: u8,
+    /// Workers of the fleet scenario's backend (at 10 ms each; the offered load scales with
+    /// them, 3x their capacity).
+    #[arg(long, default_value_t = 4, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=256))]
+    workers: u16,
 }
 
 fn main() -> Result<(), Box<dyn Error>> {
@@ -488,7 +492,10 @@ fn main() -> Result<(), Box<dyn Error>> {
         return run_steps(args.seed, args.json);
     }
     if args.fleet {
-        let scenario = fleet::FleetScenario::standard(usize::from(args.instances), args.seed);
+        let scenario = fleet::FleetScenario {
+            workers: usize::from(args.workers),
+            ..fleet::FleetScenario::standard(usize::from(args.instances), args.seed)
+        };
         let reports = run_fleet(&scenario)?;
         fleet::print(&scenario, &reports);
         if let Some(vegas) = reports.iter().find(|r| r.name == "vegas") {
