@@ -14,6 +14,7 @@ use std::time::Duration;
 use super::backend::{BackendConfig, BackendStats};
 use super::client::{Record, RunRecord, Sample};
 use super::gate::Outcome;
+use crate::fleet_report::percentile;
 
 /// Time after the start and after the step that is not steady state.
 pub const SETTLE: Duration = Duration::from_secs(2);
@@ -176,15 +177,6 @@ impl Report {
             "backend_stats": self.backend_stats.to_json(),
         })
     }
-}
-
-/// The `p` quantile (nearest rank) of sorted `values`.
-fn percentile(sorted: &[f64], p: f64) -> Option<f64> {
-    if sorted.is_empty() {
-        return None;
-    }
-    let rank = ((sorted.len() as f64 * p).ceil() as usize).clamp(1, sorted.len());
-    Some(sorted[rank - 1])
 }
 
 /// What the samples say about the limit.
