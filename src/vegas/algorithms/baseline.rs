@@ -181,23 +181,26 @@ impl CutReference {
     /// concurrency fell: the RTT above `base` was no queue (a queue shortens with the
     /// concurrency), though by too little to reveal a stale baseline.
     pub(crate) fn is_flat(&self, base: u64, after: &WindowSummary) -> bool {
-        let after_low = after.low as f64;
-        after.mean_in_flight <= CONCURRENCY_FALL * self.in_flight
-            && after_low <= RISE_TOLERANCE * self.low as f64
-            && after_low >= FLAT * self.low as f64
+        self.concurrency_fell_and_rtt_did_not_rise(after)
+            && after.low as f64 >= FLAT * self.low as f64
             && after.low > base
+    }
+
+    /// Whether the concurrency of `after` fell clearly below the reference's while its RTT did
+    /// not rise (beyond service-time noise): the window after the cut can judge it.
+    fn concurrency_fell_and_rtt_did_not_rise(&self, after: &WindowSummary) -> bool {
+        after.mean_in_flight <= CONCURRENCY_FALL * self.in_flight
+            && after.low as f64 <= RISE_TOLERANCE * self.low as f64
     }
 
     /// Whether `after`, the window after the cut, shows that `base` is stale: concurrency fell,
     /// the RTT did not rise, and it stayed clearly above what a queue predicts,
     /// `max(base, low * after.in_flight / in_flight)`.
     pub(crate) fn reveals_stale(&self, base: u64, after: &WindowSummary) -> bool {
-        let (low, after_low) = (self.low as f64, after.low as f64);
-        if after.mean_in_flight > CONCURRENCY_FALL * self.in_flight
-            || after_low > RISE_TOLERANCE * low
-        {
+        if !self.concurrency_fell_and_rtt_did_not_rise(after) {
             return false;
         }
+        let (low, after_low) = (self.low as f64, after.low as f64);
         let queue_predicts = (base as f64).max(low * after.mean_in_flight / self.in_flight);
         after_low >= STALE_MARGIN * queue_predicts
     }

@@ -391,14 +391,15 @@ pub struct Vegas {
     phase: Phase,
     probe_buffer: Vec<u64>,
     samples_since_probe: usize,
-    samples_since_cut: usize,
+    /// The sample count at the last cut on a drop.
+    cut_at: u64,
     cut_cooldown: usize,
     congested_rounds: f64,
     /// Congested rounds a stale suspicion must last at the limit's floor before the next trial
     /// of one call more; doubles after each trial that finds a real queue.
     trial_after: f64,
     limit_before_congestion: f64,
-    /// Samples fed so far (the clock of the raise spacings).
+    /// Samples fed so far (the clock of the drop cooldown and the raise spacings).
     samples: u64,
     /// When the baseline may next be raised to a stale baseline's RTT.
     stale_raises: RaiseSpacing,
@@ -439,7 +440,7 @@ impl Vegas {
             phase: Phase::Tracking,
             probe_buffer: Vec::with_capacity(config.probe_samples),
             samples_since_probe: 0,
-            samples_since_cut: 0,
+            cut_at: 0,
             cut_cooldown: 0,
             congested_rounds: 0.0,
             trial_after: config.stale_rounds,
@@ -561,6 +562,15 @@ impl Vegas {
         self.stale_raises.allow(self.samples, self.current)
     }
 
+    /// Re-learns the baseline as `rtt` after a cut showed the RTT above it was no queue, and
+    /// undoes the cuts made since the congestion began.
+    #[inline(never)]
+    fn raise_baseline_and_undo_cuts(&mut self, rtt: u64) {
+        self.baseline.relearn(rtt);
+        self.congested_rounds = 0.0;
+        self.set_estimate(self.estimate.max(self.limit_before_congestion));
+    }
+
     /// Ends a trial of one call more at the limit's floor, with the low percentile of the RTTs
     /// at the higher concurrency (`None`: the caller did not use it).
     #[inline(never)]
@@ -595,9 +605,9 @@ impl Vegas {
         if let Phase::Probing { restore, .. } = self.phase {
             self.end_probe(restore, None);
         }
-        if self.samples_since_cut >= self.cut_cooldown {
+        if self.samples - self.cut_at >= self.cut_cooldown as u64 {
             self.cut_cooldown = self.config.bounds.clamp(self.estimate);
-            self.samples_since_cut = 0;
+            self.cut_at = self.samples;
             self.set_estimate(self.estimate * self.config.backoff_ratio);
         }
     }
@@ -700,27 +710,23 @@ impl Vegas {
             return;
         };
         if let Some(reference) = self.cut_reference.take() {
-            if reference.reveals_stale(base, window) {
-                if self.may_raise() {
-                    // The cut did not shorten the RTT: the dependency got slower, it is not
-                    // queueing. Adopt the RTT after the cut (taken at reduced concurrency) as the
-                    // baseline and undo the cuts made since the congestion began.
-                    self.baseline.relearn(window.low);
-                    self.congested_rounds = 0.0;
-                    self.set_estimate(self.estimate.max(self.limit_before_congestion));
-                    return;
-                }
-            } else if reference.is_flat(base, window)
+            // The cut did not shorten the RTT: the dependency got slower, it is not queueing.
+            // Adopt the RTT after the cut (taken at reduced concurrency) as the baseline.
+            let stale = reference.reveals_stale(base, window);
+            if stale && self.may_raise() {
+                self.raise_baseline_and_undo_cuts(window.low);
+                return;
+            }
+            // The RTT did not fall with the concurrency, by too little to reveal a slower
+            // dependency: what the band read as a queue is an RTT that grows with the load below
+            // the dependency's concurrency (a busy host, say). Raise the baseline by at most the
+            // band.
+            if !stale
+                && reference.is_flat(base, window)
                 && self.flat_raises.allow(self.samples, self.current)
             {
-                // The RTT did not fall with the concurrency, by too little to reveal a slower
-                // dependency: what the band read as a queue is an RTT that grows with the load
-                // below the dependency's concurrency (a busy host, say). Raise the baseline by
-                // at most the band, and undo the cuts.
                 let cap = (base as f64 * (1.0 + self.config.max_queue_share)) as u64;
-                self.baseline.relearn(window.low.min(cap));
-                self.congested_rounds = 0.0;
-                self.set_estimate(self.estimate.max(self.limit_before_congestion));
+                self.raise_baseline_and_undo_cuts(window.low.min(cap));
                 return;
             }
         }
@@ -786,8 +792,7 @@ impl Vegas {
     /// [`LimitAlgorithm`] methods land here.
     #[inline]
     fn feed(&mut self, rtt_nanos: u64, in_flight: usize, outcome: Outcome) -> usize {
-        self.samples_since_cut = self.samples_since_cut.saturating_add(1);
-        self.samples = self.samples.wrapping_add(1);
+        self.samples += 1;
         let rtt = rtt_nanos.max(1);
         match (outcome, &self.phase) {
             // Nothing the limit depends on changed.
