@@ -674,40 +674,59 @@ mod tests {
         }
     }
 
+    /// Runs the fleet scenario of `instances` for `seed` and asserts what every fleet test
+    /// wants of Vegas: Jain's index at least `min_jain`, limits adding up to at most
+    /// `max_limit_sum`, a worst p99 at most 1.5x fixed 1's, and no timeout. Answers the reports
+    /// for further checks.
+    fn assert_vegas_fleet(
+        instances: usize,
+        seed: u64,
+        min_jain: f64,
+        max_limit_sum: f64,
+    ) -> Vec<fleet::FleetReport> {
+        let scenario = fleet::FleetScenario::standard(instances, seed);
+        let reports = run_fleet(&scenario).unwrap();
+        let by_name = |name: &str| reports.iter().find(|r| r.name == name).unwrap();
+        let vegas = by_name("vegas");
+        let context = format!("{instances} instances, seed {seed}");
+        assert!(
+            vegas.jain.is_some_and(|j| j >= min_jain),
+            "{context}: Jain {:?}",
+            vegas.jain
+        );
+        assert!(
+            vegas
+                .limit_sum_all_up
+                .is_some_and(|sum| sum <= max_limit_sum),
+            "{context}: the limits add up to {:?}",
+            vegas.limit_sum_all_up
+        );
+        assert!(
+            vegas.worst_p99_ms().unwrap() <= 1.5 * by_name("fixed 1").worst_p99_ms().unwrap(),
+            "{context}: p99 {:?}",
+            vegas.worst_p99_ms()
+        );
+        assert_eq!(vegas.timeouts(), 0, "{context}");
+        reports
+    }
+
     /// The fleet targets, in simulation, for Vegas with its defaults: 4 instances at 3x
     /// overload, staggered, a late joiner and one leaving, over two seeds.
     #[test]
     fn vegas_shares_fairly_in_a_fleet_with_a_short_queue() {
         for seed in [7, 11] {
-            let scenario = fleet::FleetScenario::standard(4, seed);
-            let reports = run_fleet(&scenario).unwrap();
+            let reports = assert_vegas_fleet(4, seed, 0.95, 10.0);
             let by_name = |name: &str| reports.iter().find(|r| r.name == name).unwrap();
             let vegas = by_name("vegas");
             let best_fixed = by_name("fixed 1")
                 .goodput_ratio
                 .max(by_name("fixed 4").goodput_ratio);
             let context = format!("seed {seed}");
-            assert!(
-                vegas.jain.is_some_and(|j| j >= 0.95),
-                "{context}: Jain {:?}",
-                vegas.jain
-            );
             assert!(vegas.goodput_ratio >= 0.97 * best_fixed, "{context}");
-            assert!(
-                vegas.worst_p99_ms().unwrap() <= 1.5 * by_name("fixed 1").worst_p99_ms().unwrap(),
-                "{context}: p99 {:?}",
-                vegas.worst_p99_ms()
-            );
-            assert_eq!(vegas.timeouts(), 0, "{context}");
             assert!(
                 vegas.late_joiner_80_s.is_some_and(|s| s <= 3.0),
                 "{context}: {:?}",
                 vegas.late_joiner_80_s
-            );
-            assert!(
-                vegas.limit_sum_all_up.is_some_and(|s| s <= 10.0),
-                "{context}: {:?}",
-                vegas.limit_sum_all_up
             );
         }
     }
@@ -720,27 +739,7 @@ mod tests {
     #[test]
     fn vegas_does_not_ratchet_its_baseline_up_when_instances_outnumber_workers() {
         for seed in [7, 11, 23, 31] {
-            let scenario = fleet::FleetScenario::standard(8, seed);
-            let reports = run_fleet(&scenario).unwrap();
-            let by_name = |name: &str| reports.iter().find(|r| r.name == name).unwrap();
-            let vegas = by_name("vegas");
-            let context = format!("seed {seed}");
-            assert!(
-                vegas.jain.is_some_and(|j| j >= 0.85),
-                "{context}: Jain {:?}",
-                vegas.jain
-            );
-            assert!(
-                vegas.limit_sum_all_up.is_some_and(|sum| sum <= 16.0),
-                "{context}: the limits add up to {:?}",
-                vegas.limit_sum_all_up
-            );
-            assert!(
-                vegas.worst_p99_ms().unwrap() <= 1.5 * by_name("fixed 1").worst_p99_ms().unwrap(),
-                "{context}: p99 {:?}",
-                vegas.worst_p99_ms()
-            );
-            assert_eq!(vegas.timeouts(), 0, "{context}");
+            assert_vegas_fleet(8, seed, 0.85, 16.0);
         }
     }
 
