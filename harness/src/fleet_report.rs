@@ -9,11 +9,16 @@
 
 use serde_json::{Value, json};
 
+use crate::fairness::jain_index;
+
 /// One instance's figures.
 #[derive(Debug, Clone, PartialEq)]
 pub struct InstanceReport {
     /// Successful calls per second while every instance was up.
     pub goodput_all_up: f64,
+    /// Successful calls per second from 1 s after the first instance left to the end of the run
+    /// (`None` for the instance that left).
+    pub goodput_after_leave: Option<f64>,
     /// Calls that arrived (`None` where the run does not count them).
     pub arrivals: Option<u64>,
     /// Successful calls over the whole run.
@@ -39,6 +44,7 @@ impl InstanceReport {
     pub fn to_json(&self) -> Value {
         json!({
             "goodput_all_up_per_s": round(self.goodput_all_up),
+            "goodput_after_leave_per_s": self.goodput_after_leave.map(round),
             "arrivals": self.arrivals,
             "ok": self.ok,
             "p50_ms": self.p50_ms.map(round),
@@ -73,6 +79,9 @@ pub struct FleetReport {
     /// Seconds from the late join until the newcomer held 80 % of its fair share for two 500 ms
     /// windows in a row (`None` if it never did).
     pub late_joiner_80_s: Option<f64>,
+    /// The goodput of the instances still up, from 1 s after the first one left to the end of
+    /// the run, over what the backend could complete: whether the share that left was taken up.
+    pub after_leave_ratio: f64,
 }
 
 impl FleetReport {
@@ -82,6 +91,17 @@ impl FleetReport {
             .iter()
             .filter_map(|i| i.p99_ms)
             .reduce(f64::max)
+    }
+
+    /// Jain's index over the goodputs of the instances still up after the first one left
+    /// (`None` if none of them had any).
+    pub fn after_leave_jain(&self) -> Option<f64> {
+        let goodputs: Vec<f64> = self
+            .instances
+            .iter()
+            .filter_map(|i| i.goodput_after_leave)
+            .collect();
+        jain_index(&goodputs)
     }
 
     /// Timeouts across the fleet.
@@ -104,6 +124,8 @@ impl FleetReport {
                 .as_ref()
                 .map(|trace| trace.iter().copied().map(round).collect::<Vec<_>>()),
             "late_joiner_80_s": self.late_joiner_80_s.map(round),
+            "after_leave_ratio": round(self.after_leave_ratio),
+            "after_leave_jain": self.after_leave_jain().map(round),
             "instances": self.instances.iter().map(InstanceReport::to_json).collect::<Vec<_>>(),
         })
     }
@@ -138,7 +160,8 @@ fn per_second(values: &[Option<f64>]) -> String {
 }
 
 /// Prints one table row per limiter (goodput ratio, Jain's index, worst p99, timeouts, sum of the
-/// limits while all are up, the late joiner's time to 80 % of its share), then each limiter's
+/// limits while all are up, the late joiner's time to 80 % of its share, the goodput ratio and
+/// Jain's index of the instances still up after one left), then each limiter's
 /// per-instance figures and its sum of limits per second.
 pub fn print(reports: &[FleetReport]) {
     // The limiter column fits the longest name, and at least 10.
@@ -149,12 +172,20 @@ pub fn print(reports: &[FleetReport]) {
         .max()
         .unwrap_or(10);
     println!(
-        "{:<width$} {:>8} {:>6} {:>12} {:>9} {:>9} {:>14}",
-        "limiter", "goodput", "jain", "worst p99 ms", "timeouts", "sum limit", "late 80% s"
+        "{:<width$} {:>8} {:>6} {:>12} {:>9} {:>9} {:>11} {:>12} {:>10}",
+        "limiter",
+        "goodput",
+        "jain",
+        "worst p99 ms",
+        "timeouts",
+        "sum limit",
+        "late 80% s",
+        "after leave",
+        "jain after"
     );
     for r in reports {
         println!(
-            "{:<width$} {:>8.3} {:>6} {:>12} {:>9} {:>9} {:>14}",
+            "{:<width$} {:>8.3} {:>6} {:>12} {:>9} {:>9} {:>11} {:>12.3} {:>10}",
             r.name,
             r.goodput_ratio,
             figure(r.jain, 3),
@@ -162,7 +193,9 @@ pub fn print(reports: &[FleetReport]) {
             r.timeouts(),
             figure(r.limit_sum_all_up, 2),
             r.late_joiner_80_s
-                .map_or("never".to_owned(), |s| format!("{s:.2}"))
+                .map_or("never".to_owned(), |s| format!("{s:.2}")),
+            r.after_leave_ratio,
+            figure(r.after_leave_jain(), 3)
         );
     }
     println!("per instance (goodput/s while all up, p50/p99 ms, timeouts, shed):");
@@ -204,6 +237,7 @@ mod tests {
     fn instance(p99_ms: Option<f64>, timeouts: u64) -> InstanceReport {
         InstanceReport {
             goodput_all_up: 100.0,
+            goodput_after_leave: Some(120.0),
             arrivals: None,
             ok: 3000,
             p50_ms: p99_ms.map(|p| p / 2.0),
@@ -229,6 +263,7 @@ mod tests {
             limit_sum_per_100ms: None,
             limit_sum_all_up: Some(3.0),
             late_joiner_80_s: Some(0.5),
+            after_leave_ratio: 0.9,
         }
     }
 
@@ -242,6 +277,22 @@ mod tests {
             ..report
         };
         assert_eq!(none.worst_p99_ms(), None);
+    }
+
+    #[test]
+    fn fairness_after_the_leave_counts_only_the_instances_still_up() {
+        let mut report = report();
+        report.instances[0].goodput_after_leave = None; // the one that left
+        report.instances[2].goodput_after_leave = Some(60.0);
+        // Jain's index of 120 and 60: 180^2 / (2 * (120^2 + 60^2)) = 0.9.
+        let jain = report.after_leave_jain().expect("two instances up");
+        assert!((jain - 0.9).abs() < 1e-12, "{jain}");
+        assert_eq!(report.to_json()["after_leave_jain"], 0.9);
+        assert!(report.to_json()["instances"][0]["goodput_after_leave_per_s"].is_null());
+        for instance in &mut report.instances {
+            instance.goodput_after_leave = None;
+        }
+        assert_eq!(report.after_leave_jain(), None);
     }
 
     #[test]

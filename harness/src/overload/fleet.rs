@@ -66,6 +66,11 @@ impl FleetConfig {
         }
     }
 
+    /// When the instances still up are judged after the first one left: 1 s after it left.
+    fn after_leave(&self) -> f64 {
+        self.leave_at.as_secs_f64() + 1.0
+    }
+
     /// The span with every instance up and settled: 1 s after the late join to the leave.
     fn all_up(&self) -> (f64, f64) {
         (
@@ -159,6 +164,11 @@ fn report(
         let done = record.done.as_secs_f64();
         record.outcome == Outcome::Ok && done >= from && done < until
     };
+    let after_leave_from = fleet.after_leave();
+    let after_leave_s = config.seconds - after_leave_from;
+    let after_leave = |record: &Record| {
+        record.outcome == Outcome::Ok && record.done.as_secs_f64() >= after_leave_from
+    };
     // Whether instance `index` is up at `at` seconds, and the mean per second of the run of what
     // `value` reads from each sample of the limits.
     let up = |index: usize, at: f64| {
@@ -198,6 +208,9 @@ fn report(
             InstanceReport {
                 goodput_all_up: o.records.iter().filter(|r| within(r)).count() as f64
                     / (until - from),
+                goodput_after_leave: (index != 0 && after_leave_s > 0.0).then(|| {
+                    o.records.iter().filter(|r| after_leave(r)).count() as f64 / after_leave_s
+                }),
                 arrivals: Some(o.arrivals),
                 ok: count(|o| *o == Outcome::Ok),
                 p50_ms: percentile(&latencies, 0.5),
@@ -218,6 +231,11 @@ fn report(
         .collect();
     let goodputs: Vec<f64> = instances.iter().map(|i| i.goodput_all_up).collect();
     let goodput_ratio = goodputs.iter().sum::<f64>() / backend.capacity();
+    let after_leave_ratio = instances
+        .iter()
+        .filter_map(|i| i.goodput_after_leave)
+        .sum::<f64>()
+        / backend.capacity();
 
     // The sum of the limits of the instances that are up, per second and while all are up.
     let sum_at = |(at, each): &LimitSample| -> Option<f64> {
@@ -266,6 +284,7 @@ fn report(
         limit_sum_per_100ms: None,
         limit_sum_all_up,
         late_joiner_80_s,
+        after_leave_ratio,
         instances,
     }
 }

@@ -90,6 +90,12 @@ impl FleetScenario {
         self.workers as f64 / self.service.as_secs_f64()
     }
 
+    /// When the instances still up are judged after the first one left: 1 s after it left,
+    /// until the end.
+    pub fn after_leave(&self) -> f64 {
+        self.leave_at.as_secs_f64() + 1.0
+    }
+
     /// The span over which every instance is up and settled (1 s after the late join, until the
     /// first one leaves): where fairness is judged.
     pub fn all_up(&self) -> (f64, f64) {
@@ -135,6 +141,7 @@ struct Instance {
     latencies: Vec<f64>,
     ok: u64,
     ok_all_up: u64,
+    ok_after_leave: u64,
     timeouts: u64,
     shed: u64,
     trace: Vec<f64>,
@@ -158,6 +165,7 @@ pub fn simulate_fleet(
     let deadline = nanos(scenario.deadline);
     let (all_up_from, all_up_until) = scenario.all_up();
     let (all_up_from, all_up_until) = ((all_up_from * 1e9) as u64, (all_up_until * 1e9) as u64);
+    let after_leave_from = (scenario.after_leave() * 1e9) as u64;
 
     let mut instances = Vec::with_capacity(scenario.instances);
     let mut events: BinaryHeap<Reverse<(u64, Event)>> = BinaryHeap::new();
@@ -175,6 +183,7 @@ pub fn simulate_fleet(
             latencies: Vec::new(),
             ok: 0,
             ok_all_up: 0,
+            ok_after_leave: 0,
             timeouts: 0,
             shed: 0,
             trace: vec![0.0; (end / trace) as usize + 1],
@@ -220,6 +229,9 @@ pub fn simulate_fleet(
                     instance.windows[(now / share_window) as usize] += 1;
                     if (all_up_from..all_up_until).contains(&now) {
                         instance.ok_all_up += 1;
+                    }
+                    if now >= after_leave_from {
+                        instance.ok_after_leave += 1;
                     }
                     instance.latencies.push((now - call.arrival) as f64 / 1e6);
                 }
@@ -313,12 +325,16 @@ pub fn simulate_fleet(
             )
         })
         .flatten();
+    let after_leave_s = (end - after_leave_from.min(end)) as f64 / 1e9;
     let reports: Vec<InstanceReport> = instances
         .into_iter()
-        .map(|mut instance| {
+        .enumerate()
+        .map(|(index, mut instance)| {
             instance.latencies.sort_by(f64::total_cmp);
             InstanceReport {
                 goodput_all_up: instance.ok_all_up as f64 / all_up_s,
+                goodput_after_leave: (scenario.stop_of(index) == end && after_leave_s > 0.0)
+                    .then(|| instance.ok_after_leave as f64 / after_leave_s),
                 arrivals: None,
                 ok: instance.ok,
                 p50_ms: percentile(&instance.latencies, 0.5),
@@ -332,6 +348,7 @@ pub fn simulate_fleet(
         .collect();
     let goodputs: Vec<f64> = reports.iter().map(|r| r.goodput_all_up).collect();
     let ok: u64 = reports.iter().map(|r| r.ok).sum();
+    let after_leave: f64 = reports.iter().filter_map(|r| r.goodput_after_leave).sum();
     Ok(FleetReport {
         name,
         goodput_ratio: ok as f64 / (scenario.capacity() * scenario.end.as_secs_f64()),
@@ -340,6 +357,7 @@ pub fn simulate_fleet(
         limit_sum_per_100ms: Some(limit_sum_trace),
         limit_sum_all_up: Some(limit_sum_all_up),
         late_joiner_80_s,
+        after_leave_ratio: after_leave / scenario.capacity(),
         instances: reports,
     })
 }

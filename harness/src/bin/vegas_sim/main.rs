@@ -676,8 +676,9 @@ mod tests {
 
     /// Runs the fleet scenario of `instances` for `seed` and asserts what every fleet test
     /// wants of Vegas: Jain's index at least `min_jain`, limits adding up to at most
-    /// `max_limit_sum`, a worst p99 at most 1.5x fixed 1's, and no timeout. Answers the reports
-    /// for further checks.
+    /// `max_limit_sum`, a worst p99 at most 1.5x fixed 1's, no timeout, and once the first
+    /// instance left, the others using at least 95 % of the capacity with Jain's index at least
+    /// `min_jain`. Answers the reports for further checks.
     fn assert_vegas_fleet(
         instances: usize,
         seed: u64,
@@ -707,6 +708,17 @@ mod tests {
             vegas.worst_p99_ms()
         );
         assert_eq!(vegas.timeouts(), 0, "{context}");
+        // The instance that leaves frees its share: the others take it up, fairly.
+        assert!(
+            vegas.after_leave_ratio >= 0.95,
+            "{context}: the instances left use {:.3} of the capacity",
+            vegas.after_leave_ratio
+        );
+        assert!(
+            vegas.after_leave_jain().is_some_and(|j| j >= min_jain),
+            "{context}: Jain after the leave {:?}",
+            vegas.after_leave_jain()
+        );
         reports
     }
 
