@@ -171,3 +171,36 @@ fn an_rtt_that_grows_with_the_load_below_the_slots_does_not_hold_the_limit_below
         settled.iter().max()
     );
 }
+
+/// A window whose calls were granted while the concurrency still rose (a burst filling the
+/// permits, or slow start overshooting) has the RTT of its least loaded calls as its low
+/// percentile: here the calls granted with 9 in flight, in front of 4 slots, 20.6 ms. Judged from
+/// the window's mean concurrency (10.8) instead, the 20 ms after the cut to 8 looked too slow
+/// for a queue and the baseline was raised to it: alone in front of the dependency, the limit
+/// then held twice the slots, with a queue as long as the slots.
+#[test]
+fn a_queue_built_by_a_burst_is_not_taken_for_a_slower_dependency() {
+    let mut vegas = Vegas::builder()
+        .bounds(LimitBounds::new(1, 1000, 16).unwrap())
+        .build()
+        .unwrap();
+    // The first calls come one at a time: 10 ms, the baseline.
+    for _ in 0..16 {
+        vegas.update(&sample(10_000, 1, Outcome::Success));
+    }
+    // Then a burst fills the 16 permits: granted at 9 to 16 in flight (mean 10.8), each call
+    // behind the calls ahead of it, which were a quarter served on average.
+    let burst = [9, 9, 9, 9, 9, 9, 10, 10, 10, 11, 11, 12, 13, 14, 15, 16];
+    for in_flight in burst {
+        let rtt = FOUR_SLOTS.rtt_micros(in_flight) - 2_500;
+        vegas.update(&sample(rtt, in_flight, Outcome::Success));
+    }
+    assert!(vegas.limit() < 10, "the queue is cut: {}", vegas.limit());
+    let limits = drive(&mut vegas, FOUR_SLOTS, 2_000);
+    assert_eq!(
+        vegas.rtt_base(),
+        Some(Duration::from_millis(10)),
+        "the queue the burst built is not the baseline"
+    );
+    assert_keeps_four_slots_busy(&limits[1_000..], "after the burst");
+}

@@ -144,6 +144,9 @@ pub(crate) struct CutReference {
     pub(crate) low: u64,
     /// Its mean in-flight count.
     pub(crate) in_flight: f64,
+    /// Its lowest in-flight count: the concurrency of its least loaded calls, whose RTTs its
+    /// low percentile reads.
+    pub(crate) least_in_flight: usize,
 }
 
 /// How much slower than a queue predicts the window after a cut must be to reveal a stale
@@ -174,6 +177,7 @@ impl CutReference {
         (window.min_in_flight as f64 >= STEADY_IN_FLIGHT * window.mean_in_flight).then_some(Self {
             low: window.low,
             in_flight: window.mean_in_flight,
+            least_in_flight: window.min_in_flight,
         })
     }
 
@@ -195,13 +199,17 @@ impl CutReference {
 
     /// Whether `after`, the window after the cut, shows that `base` is stale: concurrency fell,
     /// the RTT did not rise, and it stayed clearly above what a queue predicts,
-    /// `max(base, low * after.in_flight / in_flight)`.
+    /// `max(base, low * after.mean_in_flight / least_in_flight)`.
     pub(crate) fn reveals_stale(&self, base: u64, after: &WindowSummary) -> bool {
         if !self.concurrency_fell_and_rtt_did_not_rise(after) {
             return false;
         }
         let (low, after_low) = (self.low as f64, after.low as f64);
-        let queue_predicts = (base as f64).max(low * after.mean_in_flight / self.in_flight);
+        // The low percentile is the RTT of the least loaded calls, so it scales from the lowest
+        // concurrency, not the mean: in a window whose concurrency still rose a little (the end
+        // of slow start), the mean would predict a shorter RTT than a queue gives.
+        let least = self.least_in_flight.max(1) as f64;
+        let queue_predicts = (base as f64).max(low * after.mean_in_flight / least);
         after_low >= STALE_MARGIN * queue_predicts
     }
 }
@@ -328,6 +336,7 @@ mod tests {
         let reference = CutReference {
             low: 20_000,
             in_flight: 8.0,
+            least_in_flight: 8,
         };
         assert!(!reference.reveals_stale(10_000, &window(12_500, 5.0)));
         // Down to the base: still a queue that is gone.
@@ -341,6 +350,7 @@ mod tests {
         let reference = CutReference {
             low: 37_500,
             in_flight: 6.0,
+            least_in_flight: 6,
         };
         assert!(reference.reveals_stale(10_000, &window(25_000, 2.0)));
         // Not if concurrency barely fell, or the RTT rose (a queue still building).
@@ -348,14 +358,30 @@ mod tests {
         let rising = CutReference {
             low: 20_000,
             in_flight: 10.0,
+            least_in_flight: 10,
         };
         assert!(!rising.reveals_stale(10_000, &window(25_000, 5.0)));
         // An RTT that did not fall at all: 4 in flight at 25 ms, then 2 at 25 ms.
         let unqueued = CutReference {
             low: 25_000,
             in_flight: 4.0,
+            least_in_flight: 4,
         };
         assert!(unqueued.reveals_stale(10_000, &window(25_000, 2.0)));
+    }
+
+    #[test]
+    fn a_queue_that_slow_start_overshot_is_no_stale_base() {
+        // Slow start took the limit from 9 to 16 in front of 4 workers at 10 ms: the window
+        // that caused the cut was granted at 9 to 16 in flight (mean 10.8), and its low
+        // percentile is the RTT of the calls granted at 9. Cut to 8, the RTT is 19.5 ms, a
+        // queue of 4: the mean would have predicted 15.3 ms and read a stale baseline.
+        let overshoot = CutReference {
+            low: 20_600,
+            in_flight: 10.8,
+            least_in_flight: 9,
+        };
+        assert!(!overshoot.reveals_stale(9_100, &window(19_460, 8.0)));
     }
 
     #[test]

@@ -723,11 +723,13 @@ mod tests {
     }
 
     /// The fleet targets, in simulation, for Vegas with its defaults: 4 instances at 3x
-    /// overload, staggered, a late joiner and one leaving, over two seeds.
+    /// overload, staggered, a late joiner and one leaving, over 16 seeds: Jain's index at least
+    /// 0.93 for every seed and 0.98 for the median one.
     #[test]
     fn vegas_shares_fairly_in_a_fleet_with_a_short_queue() {
-        for seed in [7, 11] {
-            let reports = assert_vegas_fleet(4, seed, 0.95, 10.0);
+        let mut jains = Vec::new();
+        for seed in 1..=16 {
+            let reports = assert_vegas_fleet(4, seed, 0.93, 10.0);
             let by_name = |name: &str| reports.iter().find(|r| r.name == name).unwrap();
             let vegas = by_name("vegas");
             let best_fixed = by_name("fixed 1")
@@ -740,19 +742,32 @@ mod tests {
                 "{context}: {:?}",
                 vegas.late_joiner_80_s
             );
+            jains.extend(vegas.jain);
         }
+        assert!(median(&mut jains) >= 0.98, "{jains:?}");
+    }
+
+    /// The median of `values` (the upper one of an even count).
+    fn median(values: &mut [f64]) -> f64 {
+        values.sort_by(f64::total_cmp);
+        values[values.len() / 2]
     }
 
     /// Eight instances in front of four workers: a fair share is half a call, below the one
     /// permit each instance keeps, so a queue of four calls always stands and no instance can
     /// see the unloaded RTT. The instances must not take that queue for their baselines in
     /// turn (each re-learn letting one grow and lengthen the queue the next one takes): the
-    /// limits stay near one each and the shares fair.
+    /// limits stay near one each. The shares are less even than with four instances (the
+    /// limits are whole permits): over 16 seeds, Jain's index is at least 0.75 for every seed
+    /// and 0.9 for the median one.
     #[test]
     fn vegas_does_not_ratchet_its_baseline_up_when_instances_outnumber_workers() {
-        for seed in [7, 11, 23, 31] {
-            assert_vegas_fleet(8, seed, 0.85, 16.0);
+        let mut jains = Vec::new();
+        for seed in 1..=16 {
+            let reports = assert_vegas_fleet(8, seed, 0.75, 16.0);
+            jains.extend(reports.iter().find(|r| r.name == "vegas").unwrap().jain);
         }
+        assert!(median(&mut jains) >= 0.9, "{jains:?}");
     }
 
     /// The capacity-step targets, in simulation: after the service time steps from 10 to 25 ms
