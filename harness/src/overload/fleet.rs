@@ -22,7 +22,7 @@
 //! successful requests, timeouts and the limit per second; for the fleet, Jain's index over those
 //! goodputs, the total goodput over the backend's capacity while all are up, the sum of the
 //! limits per second, and the time the late joiner took to hold 80 % of its fair share (two
-//! 500 ms windows in a row): a [`FleetReport`], printed by [`print`].
+//! 500 ms windows in a row): a [`FleetReport`], printed by [`print()`].
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -97,7 +97,7 @@ const SHARE_WINDOW: f64 = 0.5;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum FleetMode {
     /// One client process per instance: this executable, started as `overload fleet-instance
-    /// ...` (see [`instance`](super::instance)).
+    /// ...` (see [`instance`]).
     Processes(PathBuf),
     /// Every instance in this one process and tokio runtime, each a [`Gate`] of its own.
     InProcess,

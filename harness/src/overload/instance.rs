@@ -2,9 +2,8 @@
 //! subcommand), the flags the fleet run starts it with ([`InstanceArgs`]), its run ([`run`]) and
 //! the one JSON line it prints ([`read_line`] reads it back).
 //!
-//! The parent ([`fleet::run`](super::fleet::run) with
-//! [`FleetMode::Processes`](super::fleet::FleetMode::Processes)) starts the backend's run, then
-//! one process per instance, all given the same start: a UNIX time in milliseconds a little ahead,
+//! The parent ([`fleet::run`] with [`FleetMode::Processes`](fleet::FleetMode::Processes)) starts
+//! the backend's run, then one process per instance, all given the same start: a UNIX time in milliseconds a little ahead,
 //! which each converts to a `tokio::time::Instant` of its own, so that the records and limit
 //! samples of every instance are timed from one origin (as precisely as the processes' shared
 //! wall clock). An instance builds one [`Gate`] (its limiter, its `reqwest::Client`), offers its
