@@ -1,7 +1,7 @@
 //! What a fleet run measured, and how it is printed: N instances, each with a concurrency limiter
 //! of its own, share one backend. The fleet scenario of `vegas_sim` (on a virtual clock) and the
 //! fleet run of `overload` (on real sockets) both fill a [`FleetReport`] per limiter and print
-//! them with [`print`] and [`print_instance_limits`], or as JSON with [`FleetReport::to_json`].
+//! them with [`print()`] and [`print_instance_limits`], or as JSON with [`FleetReport::to_json`].
 //!
 //! A figure that one run measures and the other does not is an `Option`: `None` prints as `-` in
 //! the tables and as `null` in JSON. How each run describes its scenario (the line above the

@@ -182,9 +182,10 @@ fn a_running_backend_serves_one_run_per_limiter() {
     drop(backend);
 }
 
-#[test]
-fn a_short_fleet_run_reports_every_instance_and_the_fleet() {
-    let report = overload(&[
+/// A short fleet run of 3 instances with `mode_flags`, reported as `mode`: every instance and the
+/// fleet are reported, every request accounted for.
+fn short_fleet_run(mode_flags: &[&str], mode: &str) {
+    let flags = [
         "--fleet",
         "3",
         "--seconds",
@@ -199,8 +200,10 @@ fn a_short_fleet_run_reports_every_instance_and_the_fleet() {
         "5",
         "--step-at",
         "none",
-    ]);
+    ];
+    let report = overload(&[&flags[..], mode_flags].concat());
     assert_eq!(report["fleet"]["instances"], 3);
+    assert_eq!(report["fleet"]["mode"], mode);
     let limiters = report["limiters"].as_array().expect("limiters");
     let names: Vec<&str> = limiters
         .iter()
@@ -225,4 +228,14 @@ fn a_short_fleet_run_reports_every_instance_and_the_fleet() {
     let sum = limiters[0]["limit_sum_all_up"].as_f64();
     assert_eq!(sum, Some(3.0));
     assert!(report["machine"]["cores"].as_u64().is_some_and(|n| n >= 1));
+}
+
+#[test]
+fn a_short_fleet_run_in_client_processes_reports_every_instance_and_the_fleet() {
+    short_fleet_run(&[], "processes");
+}
+
+#[test]
+fn a_short_fleet_run_in_one_process_reports_every_instance_and_the_fleet() {
+    short_fleet_run(&["--in-process"], "in-process");
 }

@@ -4,11 +4,13 @@
 //!
 //! ```text
 //! cargo run --release -p flowguard-harness --bin overload -- --seconds 20 --limiter all [--json]
-//! cargo run --release -p flowguard-harness --bin overload -- --fleet 4 --seconds 30 --step-at none
+//! cargo run --release -p flowguard-harness --bin overload -- --fleet 4 --seconds 30 --step-at none [--in-process]
 //! ```
 //!
-//! With `--fleet N`, N instances share the backend, each with its own limiter and HTTP client, in
-//! this one process (see `flowguard_harness::overload::fleet`).
+//! With `--fleet N`, N instances share the backend, each with its own limiter and HTTP client, each
+//! in a client process of its own (this executable again, as the hidden `overload fleet-instance
+//! ...`), or with `--in-process` all in this one process (see `flowguard_harness::overload::fleet`
+//! and `flowguard_harness::overload::instance`).
 //!
 //! Without `--backend URL` it starts a fresh backend process per limiter (itself, as
 //! `overload backend --port 0 ...`, so client and server never share a runtime) with the backend
@@ -38,8 +40,9 @@ use flowguard_harness::overload::backend::{
     self, BACKEND_USAGE, BackendArgs, BackendConfig, BackendFlags,
 };
 use flowguard_harness::overload::client::{self, ClientConfig};
-use flowguard_harness::overload::fleet::{self, FleetConfig};
+use flowguard_harness::overload::fleet::{self, FleetConfig, FleetMode};
 use flowguard_harness::overload::gate::LimiterKind;
+use flowguard_harness::overload::instance::{self, InstanceArgs};
 use flowguard_harness::overload::machine::{self, Machine};
 use flowguard_harness::overload::report::{self, Report, Targets};
 use tokio::io::{AsyncBufReadExt, BufReader};
@@ -53,7 +56,7 @@ use tokio::process::{Child, Command};
     name = "overload",
     override_usage = format!(
         "overload [--backend URL] [--limiter all|none,fixedN,flowguard,tower-acc] [--seconds S] \
-         [--overload X | --rate R] [--deadline-ms MS] [--wait-ms MS] [--seed N] [--json] [--fleet N] \
+         [--overload X | --rate R] [--deadline-ms MS] [--wait-ms MS] [--seed N] [--json] [--fleet N [--in-process]] \
          [--workers N] [--service-ms S] [--step-at SEC|none] [--step-to MS] [--workers-to M]\n       \
          overload backend {BACKEND_USAGE}"
     ),
@@ -97,11 +100,16 @@ struct Cli {
     /// One JSON object on the last line instead of tables
     #[arg(long)]
     json: bool,
-    /// Runs N instances (2 to 8) in this process, each with its own limiter and HTTP client,
-    /// sharing one backend: staggered starts, the last one joins at a third of the run, the first
-    /// leaves at two thirds (`--limiter all` then means fixed1, fixed4, flowguard, tower-acc)
+    /// Runs N instances (2 to 8), each in a client process of its own with its own limiter and
+    /// HTTP client, sharing one backend: staggered starts, the last one joins at a third of the
+    /// run, the first leaves at two thirds (`--limiter all` then means fixed1, fixed4, flowguard,
+    /// tower-acc)
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u8).range(2..=8))]
     fleet: Option<u8>,
+    /// With --fleet: runs every instance in this one process instead (still a limiter and an HTTP
+    /// client each)
+    #[arg(long = "in-process", requires = "fleet")]
+    in_process: bool,
     #[command(flatten)]
     backend: BackendFlags,
 }
@@ -111,6 +119,9 @@ enum Run {
     /// Serves as a backend instead, as overload_backend does
     #[command(override_usage = format!("overload backend {BACKEND_USAGE}"))]
     Backend(BackendArgs),
+    /// One instance of a fleet run, started by `overload --fleet N` (prints one JSON line)
+    #[command(name = "fleet-instance", hide = true)]
+    FleetInstance(InstanceArgs),
 }
 
 /// `--limiter`: the limiters to run, in turn.
@@ -140,6 +151,7 @@ struct Args {
     client: ClientConfig,
     json: bool,
     fleet: Option<FleetConfig>,
+    in_process: bool,
 }
 
 impl Cli {
@@ -163,6 +175,7 @@ impl Cli {
                 seed: self.seed,
             },
             json: self.json,
+            in_process: self.in_process,
         }
     }
 }
@@ -221,14 +234,21 @@ impl BackendProcess {
 /// The fleet run: every limiter in turn, in every instance, against a fresh backend (or the
 /// running one).
 async fn run_fleet(args: &Args, fleet: FleetConfig) -> Result<(), String> {
+    let mode = if args.in_process {
+        FleetMode::InProcess
+    } else {
+        FleetMode::Processes(std::env::current_exe().map_err(|e| {
+            format!("cannot find this executable to start the fleet's instances: {e}")
+        })?)
+    };
     let load_before = machine::load_average();
     let mut reports: Vec<FleetReport> = Vec::new();
     for kind in &args.limiters {
         let report = match &args.backend_url {
-            Some(url) => fleet::run(url, *kind, fleet, &args.client).await?,
+            Some(url) => fleet::run(url, *kind, fleet, &args.client, &mode).await?,
             None => {
                 let backend = BackendProcess::start(&args.backend).await?;
-                let report = fleet::run(&backend.url, *kind, fleet, &args.client).await;
+                let report = fleet::run(&backend.url, *kind, fleet, &args.client, &mode).await;
                 backend.stop().await;
                 report?
             }
@@ -249,6 +269,7 @@ async fn run_fleet(args: &Args, fleet: FleetConfig) -> Result<(), String> {
         let json = serde_json::json!({
             "machine": machine.to_json(),
             "fleet": {
+                "mode": mode.name(),
                 "instances": fleet.instances,
                 "join_at_s": fleet.join_at.as_secs_f64(),
                 "leave_at_s": fleet.leave_at.as_secs_f64(),
@@ -260,7 +281,7 @@ async fn run_fleet(args: &Args, fleet: FleetConfig) -> Result<(), String> {
         println!("{json}");
     } else {
         machine.print();
-        fleet::print(&fleet, &reports);
+        fleet::print(&fleet, &mode, &reports);
     }
     Ok(())
 }
@@ -320,25 +341,57 @@ async fn run(args: Args) -> Result<(), String> {
     Ok(())
 }
 
-#[tokio::main]
-async fn main() -> ExitCode {
+/// A tokio runtime: on every core, or (for a fleet instance, of which there may be 8 on a
+/// machine of 2 cores) on this thread only.
+fn runtime(multi_thread: bool) -> std::io::Result<tokio::runtime::Runtime> {
+    let mut builder = if multi_thread {
+        tokio::runtime::Builder::new_multi_thread()
+    } else {
+        tokio::runtime::Builder::new_current_thread()
+    };
+    builder.enable_all().build()
+}
+
+fn main() -> ExitCode {
     let cli = Cli::parse();
-    if let Some(Run::Backend(args)) = cli.command {
-        return match backend::run(args).await {
+    let multi_thread = !matches!(cli.command, Some(Run::FleetInstance(_)));
+    let runtime = match runtime(multi_thread) {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("overload: cannot start the tokio runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let code = match cli.command {
+        Some(Run::Backend(args)) => match runtime.block_on(backend::run(args)) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
                 eprintln!("overload backend: {e}");
                 ExitCode::from(2)
             }
-        };
-    }
-    match run(cli.into_args()).await {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("overload: {e}");
-            ExitCode::FAILURE
-        }
-    }
+        },
+        Some(Run::FleetInstance(args)) => match runtime.block_on(instance::run(args)) {
+            Ok(line) => {
+                println!("{line}");
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("overload fleet-instance: {e}");
+                ExitCode::from(2)
+            }
+        },
+        None => match runtime.block_on(run(cli.into_args())) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("overload: {e}");
+                ExitCode::FAILURE
+            }
+        },
+    };
+    // Without waiting for a blocking read of standard input (a fleet instance's, which only ends
+    // when its parent closes it, and the parent waits for this process to exit first).
+    runtime.shutdown_background();
+    code
 }
 
 #[cfg(test)]
@@ -396,5 +449,40 @@ mod tests {
                 .unwrap_err()
                 .contains("--backend")
         );
+    }
+
+    #[test]
+    fn a_fleet_runs_in_processes_unless_in_process_and_an_instance_reads_its_flags_back() {
+        assert!(!parse(&["--fleet", "4"]).unwrap().into_args().in_process);
+        assert!(
+            parse(&["--fleet", "4", "--in-process"])
+                .unwrap()
+                .into_args()
+                .in_process
+        );
+        assert!(parse(&["--in-process"]).unwrap_err().contains("--fleet"));
+        let args = InstanceArgs {
+            backend: reqwest::Url::parse("http://127.0.0.1:8080/").unwrap(),
+            index: 3,
+            limiter: LimiterKind::Fixed(1),
+            start_unix_ms: 1_700_000_000_123,
+            from_s: 0.0,
+            until_s: 20.0 / 3.0,
+            seconds: 20.0,
+            rate: 400.0 / 3.0,
+            seed: 1003,
+            wait_ms: 50.0,
+            deadline_ms: 1000.0,
+        };
+        let flags = args.to_flags();
+        let argv: Vec<&str> = std::iter::once(instance::SUBCOMMAND)
+            .chain(flags.iter().map(String::as_str))
+            .collect();
+        let Some(Run::FleetInstance(back)) = parse(&argv).unwrap().command else {
+            panic!("not a fleet instance")
+        };
+        assert_eq!(back, args);
+        let help = Cli::command().render_help().to_string();
+        assert!(!help.contains(instance::SUBCOMMAND), "{help}");
     }
 }

@@ -244,19 +244,24 @@ pub async fn run(args: BackendArgs) -> Result<(), String> {
         .await
         .map_err(|e| format!("cannot listen on 127.0.0.1:{port}: {e}"))?;
     if exit_with_stdin {
-        // Started by a client that holds our standard input: when it goes away, however it ends,
-        // so do we.
-        tokio::spawn(async {
-            let mut sink = tokio::io::sink();
-            let _ = tokio::io::copy(&mut tokio::io::stdin(), &mut sink).await;
-            std::process::exit(0);
-        });
+        exit_when_stdin_closes();
     }
     println!("listening on http://{addr}/");
     eprintln!("backend: {}", config.to_json());
     serve(listener, config)
         .await
         .map_err(|e| format!("the server stopped: {e}"))
+}
+
+/// Exits the process once its standard input closes: for a process started by another that
+/// holds its standard input (a backend, a fleet instance), so that when the parent goes away,
+/// however it ends, so does the child. Spawns a task on the current runtime.
+pub fn exit_when_stdin_closes() {
+    tokio::spawn(async {
+        let mut sink = tokio::io::sink();
+        let _ = tokio::io::copy(&mut tokio::io::stdin(), &mut sink).await;
+        std::process::exit(0);
+    });
 }
 
 /// Counts of one run, as answered by `GET /stats`.

@@ -1,27 +1,42 @@
 //! The fleet run: several instances, each with a limiter and an HTTP client of its own, share
 //! one backend process.
 //!
-//! The instances run in this one client process (each its own [`Gate`]: its own limiter, its own
-//! `reqwest::Client` and connection pool), not in processes of their own: what they share is the
-//! backend's queue, as instances of a service do. Each offers Poisson arrivals at `overload /
-//! instances` x the backend's capacity, so the backend sees `overload` x its capacity while all
-//! are up. Instance `i` starts at `i * stagger`, except the last one, which joins late
-//! (`join_at`); the first one leaves at `leave_at`; the run ends at `seconds`.
+//! Each instance is a [`Gate`] of its own (its own limiter, its own `reqwest::Client` and
+//! connection pool); what they share is the backend's queue, as instances of a service do. Where
+//! they run is the [`FleetMode`]: by default each in a client process of its own (this
+//! executable again, as `overload fleet-instance ...`, see [`instance`]), all given one common
+//! start as a wall-clock instant so that their records share one origin, each printing its
+//! records and limit samples as one JSON line that the parent merges; or, with
+//! [`FleetMode::InProcess`], all in this one process and runtime. The report is the same either
+//! way. The backend's run starts (`POST /run`) just before the instances do: with processes,
+//! about half a second plus a tenth per instance before them, so a step in the backend's service
+//! time falls that much earlier in the fleet's time (the fleet is meant to run with
+//! `--step-at none`).
+//!
+//! Each offers Poisson arrivals at `overload / instances` x the backend's capacity, so the backend
+//! sees `overload` x its capacity while all are up. Instance `i` starts at `i * stagger`, except
+//! the last one, which joins late (`join_at`); the first one leaves at `leave_at`; the run ends at
+//! `seconds`.
 //!
 //! Per instance it reports goodput (per second, while every instance is up), p50/p99 latency of
 //! successful requests, timeouts and the limit per second; for the fleet, Jain's index over those
 //! goodputs, the total goodput over the backend's capacity while all are up, the sum of the
 //! limits per second, and the time the late joiner took to hold 80 % of its fair share (two
-//! 500 ms windows in a row): a [`FleetReport`], printed by [`print`].
+//! 500 ms windows in a row): a [`FleetReport`], printed by [`print()`].
 
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
 use std::sync::Arc;
 use std::time::Duration;
 
+use tokio::process::Command;
+use tokio::task::JoinSet;
 use tokio::time::Instant;
 
 use super::backend::BackendConfig;
 use super::client::{self, ClientConfig, Record, http_client};
 use super::gate::{Gate, HttpCall, LimiterKind, Outcome};
+use super::instance::{self, InstanceArgs, InstanceLimits};
 use crate::fairness::{jain_index, time_to_share};
 use crate::fleet_report::{self, FleetReport, InstanceReport, percentile};
 
@@ -83,8 +98,179 @@ impl FleetConfig {
 /// Width of the windows the late joiner's share is judged on.
 const SHARE_WINDOW: f64 = 0.5;
 
-/// Runs `kind` in every instance of `fleet` against the backend at `base` for `config.seconds`.
+/// Where the instances of a fleet run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FleetMode {
+    /// One client process per instance: this executable, started as `overload fleet-instance
+    /// ...` (see [`instance`]).
+    Processes(PathBuf),
+    /// Every instance in this one process and tokio runtime, each a [`Gate`] of its own.
+    InProcess,
+}
+
+impl FleetMode {
+    /// The name in the JSON output: `processes` or `in-process`.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Self::Processes(_) => "processes",
+            Self::InProcess => "in-process",
+        }
+    }
+}
+
+/// Time from spawning the instance processes to their common start: enough for each to start
+/// and build its limiter and client on a loaded machine, plus some per instance.
+const PROCESS_LEAD: Duration = Duration::from_millis(500);
+const PROCESS_LEAD_EACH: Duration = Duration::from_millis(100);
+
+/// Runs `kind` in every instance of `fleet` against the backend at `base` for `config.seconds`,
+/// the instances where `mode` says.
 pub async fn run(
+    base: &reqwest::Url,
+    kind: LimiterKind,
+    fleet: FleetConfig,
+    config: &ClientConfig,
+    mode: &FleetMode,
+) -> Result<FleetReport, String> {
+    match mode {
+        FleetMode::Processes(exe) => run_processes(exe, base, kind, fleet, config).await,
+        FleetMode::InProcess => run_in_process(base, kind, fleet, config).await,
+    }
+}
+
+/// Starts a run on the backend (`POST /run`); answers its configuration and the arrival rate of
+/// each instance.
+async fn start_backend_run(
+    base: &reqwest::Url,
+    fleet: &FleetConfig,
+    config: &ClientConfig,
+) -> Result<(BackendConfig, f64), String> {
+    let backend = client::start_backend_run(&http_client()?, base).await?;
+    let rate = config.rate.unwrap_or(config.overload * backend.capacity()) / fleet.instances as f64;
+    if !(rate.is_finite() && rate > 0.0) {
+        return Err(format!("the arrival rate must be above 0, got {rate}"));
+    }
+    Ok((backend, rate))
+}
+
+/// The seed of instance `index`'s arrivals.
+fn instance_seed(seed: u64, index: usize) -> u64 {
+    seed.wrapping_mul(1000).wrapping_add(index as u64)
+}
+
+/// One process per instance (`exe fleet-instance ...`), each printing its records and limit
+/// samples as one JSON line; a process that fails is an error naming its index and what it said
+/// on standard error, and then every other one is killed.
+async fn run_processes(
+    exe: &Path,
+    base: &reqwest::Url,
+    kind: LimiterKind,
+    fleet: FleetConfig,
+    config: &ClientConfig,
+) -> Result<FleetReport, String> {
+    let (backend, rate) = start_backend_run(base, &fleet, config).await?;
+    let lead = PROCESS_LEAD + PROCESS_LEAD_EACH * fleet.instances as u32;
+    let start_unix_ms = instance::unix_ms_now() + lead.as_millis() as u64;
+    // Dropping the set (on an error, or when the bound passes) aborts its tasks, which drops
+    // every child not yet waited for, and kills it (`kill_on_drop`).
+    let mut children = JoinSet::new();
+    for index in 0..fleet.instances {
+        let args = InstanceArgs {
+            backend: base.clone(),
+            index,
+            limiter: kind,
+            start_unix_ms,
+            from_s: fleet.start_of(index).as_secs_f64(),
+            until_s: fleet.stop_of(index, config.seconds).as_secs_f64(),
+            seconds: config.seconds,
+            rate,
+            seed: instance_seed(config.seed, index),
+            wait_ms: config.wait.as_secs_f64() * 1e3,
+            deadline_ms: config.deadline.as_secs_f64() * 1e3,
+        };
+        let mut child = Command::new(exe)
+            .arg(instance::SUBCOMMAND)
+            .args(args.to_flags())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .map_err(|e| format!("cannot start instance {index} ({}): {e}", exe.display()))?;
+        // Held until the child ended: it exits when its standard input closes.
+        let stdin = child.stdin.take();
+        children.spawn(async move {
+            let output = child.wait_with_output().await;
+            drop(stdin);
+            (index, output)
+        });
+    }
+    let bound = lead
+        + Duration::from_secs_f64(config.seconds)
+        + config.deadline
+        + config.wait
+        + Duration::from_secs(15);
+    let collect = async {
+        let mut lines = vec![None; fleet.instances];
+        while let Some(joined) = children.join_next().await {
+            let (index, output) = joined.map_err(|e| format!("waiting for an instance: {e}"))?;
+            let output =
+                output.map_err(|e| format!("instance {index}: cannot wait for it: {e}"))?;
+            if !output.status.success() {
+                let stderr = String::from_utf8_lossy(&output.stderr);
+                let said = match stderr.trim() {
+                    "" => "nothing on standard error",
+                    said => said,
+                };
+                return Err(format!(
+                    "instance {index} failed ({}): {said}",
+                    output.status
+                ));
+            }
+            lines[index] = Some(
+                instance::read_line(&output.stdout)
+                    .map_err(|e| format!("instance {index}: {e}"))?,
+            );
+        }
+        Ok(lines)
+    };
+    let lines = tokio::time::timeout(bound, collect)
+        .await
+        .map_err(|_| format!("the instances did not finish within {bound:?}"))??;
+    let (offered, limits): (Vec<_>, Vec<_>) = lines.into_iter().flatten().unzip();
+    let limits = merge_limits(&limits, config.seconds);
+    Ok(report(kind, &fleet, config, &backend, &offered, &limits))
+}
+
+/// The instances' own limit samples on one grid, every [`client::SAMPLE_EVERY`] from 0 until
+/// `seconds`: each instance's column holds its latest sample up to half a step after the grid's
+/// time (`None` before its first).
+fn merge_limits(each: &[InstanceLimits], seconds: f64) -> Vec<LimitSample> {
+    let every = client::SAMPLE_EVERY.as_secs_f64();
+    let mut next = vec![0; each.len()];
+    let mut held = vec![None; each.len()];
+    let mut merged = Vec::new();
+    for step in 0.. {
+        let at = step as f64 * every;
+        if at >= seconds {
+            break;
+        }
+        for (index, samples) in each.iter().enumerate() {
+            while let Some((sampled, limit)) = samples.get(next[index]) {
+                if *sampled > at + every / 2.0 {
+                    break;
+                }
+                held[index] = *limit;
+                next[index] += 1;
+            }
+        }
+        merged.push((at, held.clone()));
+    }
+    merged
+}
+
+/// Every instance a [`Gate`] in this process, on this runtime.
+async fn run_in_process(
     base: &reqwest::Url,
     kind: LimiterKind,
     fleet: FleetConfig,
@@ -98,12 +284,7 @@ pub async fn run(
         let call = HttpCall::new(http_client()?, work.clone());
         gates.push(Arc::new(Gate::new(kind, call, config.wait).await?));
     }
-    let control = http_client()?;
-    let backend = client::start_backend_run(&control, base).await?;
-    let rate = config.rate.unwrap_or(config.overload * backend.capacity()) / fleet.instances as f64;
-    if !(rate.is_finite() && rate > 0.0) {
-        return Err(format!("the arrival rate must be above 0, got {rate}"));
-    }
+    let (backend, rate) = start_backend_run(base, &fleet, config).await?;
     let start = Instant::now();
     let sampler = tokio::spawn(sample_limits(gates.clone(), start, config.seconds));
     let offers: Vec<_> = gates
@@ -113,7 +294,7 @@ pub async fn run(
             let (gate, config) = (gate.clone(), config.clone());
             let from = start + fleet.start_of(index);
             let until = start + fleet.stop_of(index, config.seconds);
-            let seed = config.seed.wrapping_mul(1000).wrapping_add(index as u64);
+            let seed = instance_seed(config.seed, index);
             tokio::spawn(async move {
                 client::offer(gate, start, from, until, rate, seed, &config).await
             })
@@ -134,10 +315,14 @@ pub async fn run(
 }
 
 /// A sample of the limits: `(at, limit of each instance, None when it has no limiter)`.
-type LimitSample = (f64, Vec<Option<usize>>);
+pub(super) type LimitSample = (f64, Vec<Option<usize>>);
 
-/// Samples every gate's limit every 10 ms until `seconds`.
-async fn sample_limits(gates: Vec<Arc<Gate>>, start: Instant, seconds: f64) -> Vec<LimitSample> {
+/// Samples every gate's limit every [`client::SAMPLE_EVERY`] until `seconds`.
+pub(super) async fn sample_limits(
+    gates: Vec<Arc<Gate>>,
+    start: Instant,
+    seconds: f64,
+) -> Vec<LimitSample> {
     let mut samples = Vec::new();
     let mut ticks = tokio::time::interval(client::SAMPLE_EVERY);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
@@ -291,15 +476,49 @@ fn report(
 
 /// Prints the fleet's schedule, then the fleet report of each limiter (see
 /// [`fleet_report::print`]) and the limit per instance of flowguard's.
-pub fn print(fleet: &FleetConfig, reports: &[FleetReport]) {
+pub fn print(fleet: &FleetConfig, mode: &FleetMode, reports: &[FleetReport]) {
     let (from, until) = fleet.all_up();
+    let (n, place) = (
+        fleet.instances,
+        match mode {
+            FleetMode::Processes(_) => "client processes",
+            FleetMode::InProcess => "in one process",
+        },
+    );
     println!(
-        "fleet of {} in one process (a limiter and an HTTP client each), starts {:?} apart, the last joins at {:?}, the first leaves at {:?}; judged from {from} s to {until} s",
-        fleet.instances, fleet.stagger, fleet.join_at, fleet.leave_at
+        "fleet of {n} {place} (a limiter and an HTTP client each), starts {:?} apart, the last joins at {:?}, the first leaves at {:?}; judged from {from} s to {until} s",
+        fleet.stagger, fleet.join_at, fleet.leave_at
     );
     fleet_report::print(reports);
     let flowguard = LimiterKind::Flowguard.name();
     for report in reports.iter().filter(|r| r.name == flowguard) {
         fleet_report::print_instance_limits(report);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_instances_limits_merge_on_one_grid() {
+        // Instance 0 sampled a little late and missed a tick; instance 1 starts sampling later.
+        let each = vec![
+            vec![(0.001, Some(4)), (0.011, Some(5)), (0.031, Some(6))],
+            vec![(0.019, Some(2)), (0.029, None)],
+        ];
+        let merged = merge_limits(&each, 0.04);
+        let columns: Vec<_> = merged.iter().map(|(_, limits)| limits.clone()).collect();
+        assert_eq!(
+            columns,
+            [
+                vec![Some(4), None],
+                vec![Some(5), None],
+                vec![Some(5), Some(2)],
+                vec![Some(6), None],
+            ]
+        );
+        let times: Vec<f64> = merged.iter().map(|(at, _)| *at).collect();
+        assert_eq!(times, [0.0, 0.01, 0.02, 0.03]);
     }
 }

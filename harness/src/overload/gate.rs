@@ -71,7 +71,8 @@ impl LimiterKind {
         list.split(',').map(Self::parse).collect()
     }
 
-    fn parse(name: &str) -> Result<Self, String> {
+    /// Reads one name (`fixedN` for any N >= 1).
+    pub fn parse(name: &str) -> Result<Self, String> {
         match name {
             "none" => Ok(Self::None),
             "flowguard" => Ok(Self::Flowguard),

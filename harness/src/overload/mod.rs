@@ -7,6 +7,7 @@
 //!   `Limiter`, tower-acc) in front of one reqwest call;
 //! - [`client`]: Poisson arrivals, deadlines, and what happened to every request;
 //! - [`fleet`]: several instances, each with its own limiter and HTTP client, sharing the backend;
+//! - [`instance`]: one fleet instance in a client process of its own;
 //! - [`machine`]: the CPU and load average the figures were measured with;
 //! - [`report`]: goodput per second around the step, latency percentiles, the limit over time, the
 //!   targets, as a table or JSON.
@@ -15,5 +16,6 @@ pub mod backend;
 pub mod client;
 pub mod fleet;
 pub mod gate;
+pub mod instance;
 pub mod machine;
 pub mod report;
