@@ -465,7 +465,6 @@ mod tests {
             backend: reqwest::Url::parse("http://127.0.0.1:8080/").unwrap(),
             index: 3,
             limiter: LimiterKind::Fixed(1),
-            start_unix_ms: 1_700_000_000_123,
             from_s: 0.0,
             until_s: 20.0 / 3.0,
             seconds: 20.0,

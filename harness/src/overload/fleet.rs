@@ -4,13 +4,14 @@
 //! Each instance is a [`Gate`] of its own (its own limiter, its own `reqwest::Client` and
 //! connection pool); what they share is the backend's queue, as instances of a service do. Where
 //! they run is the [`FleetMode`]: by default each in a client process of its own (this
-//! executable again, as `overload fleet-instance ...`, see [`instance`]), all given one common
-//! start as a wall-clock instant so that their records share one origin, each printing its
-//! records and limit samples as one JSON line that the parent merges; or, with
+//! executable again, as `overload fleet-instance ...`, see [`instance`]), which say when they
+//! are ready and are then all given one common start as a wall-clock instant (so that their
+//! records share one origin, however long a loaded machine took to start them), each printing
+//! its records and limit samples as one JSON line that the parent merges; or, with
 //! [`FleetMode::InProcess`], all in this one process and runtime. The report is the same either
 //! way. The backend's run starts (`POST /run`) just before the instances do: with processes,
-//! about half a second plus a tenth per instance before them, so a step in the backend's service
-//! time falls that much earlier in the fleet's time (the fleet is meant to run with
+//! the time they took to start plus half a second before them, so a step in the backend's
+//! service time falls that much earlier in the fleet's time (the fleet is meant to run with
 //! `--step-at none`).
 //!
 //! Each offers Poisson arrivals at `overload / instances` x the backend's capacity, so the backend
@@ -29,6 +30,7 @@ use std::process::Stdio;
 use std::sync::Arc;
 use std::time::Duration;
 
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::process::Command;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
@@ -118,10 +120,11 @@ impl FleetMode {
     }
 }
 
-/// Time from spawning the instance processes to their common start: enough for each to start
-/// and build its limiter and client on a loaded machine, plus some per instance.
+/// Time from the last instance process saying it is ready to their common start: enough for
+/// each to read the start from its standard input on a loaded machine.
 const PROCESS_LEAD: Duration = Duration::from_millis(500);
-const PROCESS_LEAD_EACH: Duration = Duration::from_millis(100);
+/// The longest the instance processes may take to start and build their limiters and clients.
+const READY_BOUND: Duration = Duration::from_secs(60);
 
 /// Runs `kind` in every instance of `fleet` against the backend at `base` for `config.seconds`,
 /// the instances where `mode` says.
@@ -169,17 +172,14 @@ async fn run_processes(
     config: &ClientConfig,
 ) -> Result<FleetReport, String> {
     let (backend, rate) = start_backend_run(base, &fleet, config).await?;
-    let lead = PROCESS_LEAD + PROCESS_LEAD_EACH * fleet.instances as u32;
-    let start_unix_ms = instance::unix_ms_now() + lead.as_millis() as u64;
-    // Dropping the set (on an error, or when the bound passes) aborts its tasks, which drops
-    // every child not yet waited for, and kills it (`kill_on_drop`).
-    let mut children = JoinSet::new();
+    // Until the run below, dropping `starting` (on an error) drops every child, which kills it
+    // (`kill_on_drop`).
+    let mut starting = Vec::with_capacity(fleet.instances);
     for index in 0..fleet.instances {
         let args = InstanceArgs {
             backend: base.clone(),
             index,
             limiter: kind,
-            start_unix_ms,
             from_s: fleet.start_of(index).as_secs_f64(),
             until_s: fleet.stop_of(index, config.seconds).as_secs_f64(),
             seconds: config.seconds,
@@ -197,15 +197,62 @@ async fn run_processes(
             .kill_on_drop(true)
             .spawn()
             .map_err(|e| format!("cannot start instance {index} ({}): {e}", exe.display()))?;
-        // Held until the child ended: it exits when its standard input closes.
-        let stdin = child.stdin.take();
+        let (Some(stdin), Some(stdout), Some(stderr)) =
+            (child.stdin.take(), child.stdout.take(), child.stderr.take())
+        else {
+            return Err(format!(
+                "instance {index}: its standard streams are not piped"
+            ));
+        };
+        starting.push((child, stdin, BufReader::new(stdout), stderr));
+    }
+    // Every instance says it is ready, however long starting took; then they all get one start.
+    let ready = async {
+        for (index, (_, _, stdout, stderr)) in starting.iter_mut().enumerate() {
+            let mut line = String::new();
+            stdout
+                .read_line(&mut line)
+                .await
+                .map_err(|e| format!("instance {index}: cannot read it: {e}"))?;
+            if line.trim() != instance::READY {
+                let mut said = String::new();
+                let _ = stderr.read_to_string(&mut said).await;
+                let said = match said.trim() {
+                    "" => "nothing on standard error",
+                    said => said,
+                };
+                return Err(format!("instance {index} did not start: {said}"));
+            }
+        }
+        Ok::<_, String>(())
+    };
+    tokio::time::timeout(READY_BOUND, ready)
+        .await
+        .map_err(|_| format!("the instances were not ready within {READY_BOUND:?}"))??;
+    let start_unix_ms = instance::unix_ms_now() + PROCESS_LEAD.as_millis() as u64;
+    // Dropping the set (on an error, or when the bound passes) aborts its tasks, which drops
+    // every child not yet waited for, and kills it.
+    let mut children = JoinSet::new();
+    for (index, (mut child, mut stdin, mut stdout, mut stderr)) in starting.into_iter().enumerate()
+    {
+        stdin
+            .write_all(format!("{start_unix_ms}\n").as_bytes())
+            .await
+            .map_err(|e| format!("instance {index}: cannot give it the start: {e}"))?;
         children.spawn(async move {
-            let output = child.wait_with_output().await;
+            let (mut out, mut err) = (Vec::new(), Vec::new());
+            let (read_out, read_err, status) = tokio::join!(
+                stdout.read_to_end(&mut out),
+                stderr.read_to_end(&mut err),
+                child.wait()
+            );
+            // Held until the child ended: it exits when its standard input closes.
             drop(stdin);
-            (index, output)
+            let status = read_out.and(read_err).and(status);
+            (index, status, out, err)
         });
     }
-    let bound = lead
+    let bound = PROCESS_LEAD
         + Duration::from_secs_f64(config.seconds)
         + config.deadline
         + config.wait
@@ -213,24 +260,20 @@ async fn run_processes(
     let collect = async {
         let mut lines = vec![None; fleet.instances];
         while let Some(joined) = children.join_next().await {
-            let (index, output) = joined.map_err(|e| format!("waiting for an instance: {e}"))?;
-            let output =
-                output.map_err(|e| format!("instance {index}: cannot wait for it: {e}"))?;
-            if !output.status.success() {
-                let stderr = String::from_utf8_lossy(&output.stderr);
+            let (index, status, stdout, stderr) =
+                joined.map_err(|e| format!("waiting for an instance: {e}"))?;
+            let status =
+                status.map_err(|e| format!("instance {index}: cannot wait for it: {e}"))?;
+            if !status.success() {
+                let stderr = String::from_utf8_lossy(&stderr);
                 let said = match stderr.trim() {
                     "" => "nothing on standard error",
                     said => said,
                 };
-                return Err(format!(
-                    "instance {index} failed ({}): {said}",
-                    output.status
-                ));
+                return Err(format!("instance {index} failed ({status}): {said}"));
             }
-            lines[index] = Some(
-                instance::read_line(&output.stdout)
-                    .map_err(|e| format!("instance {index}: {e}"))?,
-            );
+            lines[index] =
+                Some(instance::read_line(&stdout).map_err(|e| format!("instance {index}: {e}"))?);
         }
         Ok(lines)
     };

@@ -3,11 +3,14 @@
 //! the one JSON line it prints ([`read_line`] reads it back).
 //!
 //! The parent ([`fleet::run`] with [`FleetMode::Processes`](fleet::FleetMode::Processes)) starts
-//! the backend's run, then one process per instance, all given the same start: a UNIX time in milliseconds a little ahead,
-//! which each converts to a `tokio::time::Instant` of its own, so that the records and limit
-//! samples of every instance are timed from one origin (as precisely as the processes' shared
-//! wall clock). An instance builds one [`Gate`] (its limiter, its `reqwest::Client`), offers its
-//! arrivals from `--from-s` to `--until-s` after the start, samples its limit every
+//! the backend's run, then one process per instance. An instance builds one [`Gate`] (its
+//! limiter, its `reqwest::Client`) and prints [`READY`]; once every instance is ready, the
+//! parent writes them all the same start on their standard input: a UNIX time in milliseconds a
+//! little ahead, which each converts to a `tokio::time::Instant` of its own, so that the records
+//! and limit samples of every instance are timed from one origin (as precisely as the
+//! processes' shared wall clock). However long the instances took to start (a loaded machine),
+//! the start comes after they are all ready. An instance then offers its arrivals from
+//! `--from-s` to `--until-s` after the start, samples its limit every
 //! [`SAMPLE_EVERY`](super::client::SAMPLE_EVERY) until `--seconds`, and prints
 //!
 //! ```text
@@ -49,9 +52,6 @@ pub struct InstanceArgs {
     /// The limiter: none, fixedN, flowguard or tower-acc
     #[arg(long, value_name = "KIND", value_parser = LimiterKind::parse)]
     pub limiter: LimiterKind,
-    /// The common start of the fleet, in milliseconds since the UNIX epoch
-    #[arg(long = "start-unix-ms", value_name = "MS")]
-    pub start_unix_ms: u64,
     /// Seconds after the start at which the instance starts offering load
     #[arg(long = "from-s", value_name = "S", value_parser = at_least_zero)]
     pub from_s: f64,
@@ -91,7 +91,6 @@ impl InstanceArgs {
             ("--backend", self.backend.to_string()),
             ("--index", self.index.to_string()),
             ("--limiter", self.limiter.name()),
-            ("--start-unix-ms", self.start_unix_ms.to_string()),
             ("--from-s", self.from_s.to_string()),
             ("--until-s", self.until_s.to_string()),
             ("--seconds", self.seconds.to_string()),
@@ -125,7 +124,6 @@ fn instant_of_unix_ms(unix_ms: u64) -> Instant {
 
 /// Runs one instance with `args`; answers its JSON line.
 pub async fn run(args: InstanceArgs) -> Result<Value, String> {
-    super::backend::exit_when_stdin_closes();
     let index = args.index;
     let work = args
         .backend
@@ -141,7 +139,9 @@ pub async fn run(args: InstanceArgs) -> Result<Value, String> {
     };
     let call = HttpCall::new(http_client()?, work);
     let gate = Arc::new(Gate::new(args.limiter, call, config.wait).await?);
-    let start = instant_of_unix_ms(args.start_unix_ms);
+    let start_unix_ms = take_start(index).await?;
+    super::backend::exit_when_stdin_closes();
+    let start = instant_of_unix_ms(start_unix_ms);
     let late = Instant::now().saturating_duration_since(start);
     if late > LATE {
         return Err(format!(
@@ -164,6 +164,40 @@ pub async fn run(args: InstanceArgs) -> Result<Value, String> {
         .await
         .map_err(|e| format!("instance {index}: the limit sampler failed: {e}"))?;
     Ok(line(index, &offered, &limits))
+}
+
+/// The line an instance prints once its limiter and client are built.
+pub const READY: &str = "ready";
+
+/// Tells the parent this instance is ready ([`READY`] on standard output), and answers the common
+/// start the parent then writes on its standard input (milliseconds since the UNIX epoch, one
+/// line).
+async fn take_start(index: usize) -> Result<u64, String> {
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+    let mut stdout = tokio::io::stdout();
+    stdout
+        .write_all(format!("{READY}\n").as_bytes())
+        .await
+        .map_err(|e| format!("instance {index}: cannot say it is ready: {e}"))?;
+    stdout
+        .flush()
+        .await
+        .map_err(|e| format!("instance {index}: cannot say it is ready: {e}"))?;
+    // Byte by byte up to the newline (`read_line` on an unbuffered handle), so that nothing of
+    // standard input after the line is consumed: its end tells the parent is gone.
+    let mut line = Vec::new();
+    let mut stdin = BufReader::with_capacity(1, tokio::io::stdin());
+    stdin
+        .read_until(b'\n', &mut line)
+        .await
+        .map_err(|e| format!("instance {index}: cannot read the start: {e}"))?;
+    let line = String::from_utf8_lossy(&line);
+    line.trim().parse().map_err(|e| {
+        format!(
+            "instance {index}: the start {:?} is no UNIX time in ms: {e}",
+            line.trim()
+        )
+    })
 }
 
 /// An instance's JSON line: what it offered, and its limit samples `(at, limit)`.
@@ -197,6 +231,7 @@ pub type InstanceLimits = Vec<(f64, Option<usize>)>;
 /// Reads an instance's standard output (its one JSON line) back.
 pub fn read_line(stdout: &[u8]) -> Result<(Offered, InstanceLimits), String> {
     let text = String::from_utf8_lossy(stdout);
+    let text = text.trim_start().strip_prefix(READY).unwrap_or(&text);
     let json: Value = serde_json::from_str(text.trim())
         .map_err(|e| format!("not one JSON line ({e}): {:.200}", text.trim()))?;
     let count = |field: &str| {
@@ -294,6 +329,10 @@ mod tests {
         assert_eq!((back.arrivals, back.unfinished), (5, 1));
         assert_eq!(back.records, offered.records);
         assert_eq!(samples, [(0.0, Some(4)), (0.01, None)]);
+        // As a process prints it: the ready line first.
+        let printed = format!("{READY}\n{text}\n");
+        let (again, _) = read_line(printed.as_bytes()).unwrap();
+        assert_eq!(again.records, offered.records);
         assert!(read_line(b"no json").unwrap_err().contains("JSON"));
         assert!(read_line(br#"{"arrivals":1}"#).is_err());
     }
