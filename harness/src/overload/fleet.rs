@@ -118,6 +118,22 @@ impl FleetMode {
             Self::InProcess => "in-process",
         }
     }
+
+    /// Where the instances ran, as the printed header says it.
+    fn place(&self) -> &'static str {
+        match self {
+            Self::Processes(_) => "client processes",
+            Self::InProcess => "in one process",
+        }
+    }
+}
+
+/// What a failed instance process said on standard error, or that it said nothing.
+fn said(stderr: &str) -> &str {
+    match stderr.trim() {
+        "" => "nothing on standard error",
+        said => said,
+    }
 }
 
 /// Time from the last instance process saying it is ready to their common start: enough for
@@ -215,13 +231,9 @@ async fn run_processes(
                 .await
                 .map_err(|e| format!("instance {index}: cannot read it: {e}"))?;
             if line.trim() != instance::READY {
-                let mut said = String::new();
-                let _ = stderr.read_to_string(&mut said).await;
-                let said = match said.trim() {
-                    "" => "nothing on standard error",
-                    said => said,
-                };
-                return Err(format!("instance {index} did not start: {said}"));
+                let mut text = String::new();
+                let _ = stderr.read_to_string(&mut text).await;
+                return Err(format!("instance {index} did not start: {}", said(&text)));
             }
         }
         Ok::<_, String>(())
@@ -266,11 +278,10 @@ async fn run_processes(
                 status.map_err(|e| format!("instance {index}: cannot wait for it: {e}"))?;
             if !status.success() {
                 let stderr = String::from_utf8_lossy(&stderr);
-                let said = match stderr.trim() {
-                    "" => "nothing on standard error",
-                    said => said,
-                };
-                return Err(format!("instance {index} failed ({status}): {said}"));
+                return Err(format!(
+                    "instance {index} failed ({status}): {}",
+                    said(&stderr)
+                ));
             }
             lines[index] =
                 Some(instance::read_line(&stdout).map_err(|e| format!("instance {index}: {e}"))?);
@@ -436,9 +447,9 @@ fn report(
             InstanceReport {
                 goodput_all_up: o.records.iter().filter(|r| within(r)).count() as f64
                     / (until - from),
-                goodput_after_leave: (index != 0 && after_leave_s > 0.0).then(|| {
-                    o.records.iter().filter(|r| after_leave(r)).count() as f64 / after_leave_s
-                }),
+                goodput_after_leave: (up(index, after_leave_from) && after_leave_s > 0.0).then(
+                    || o.records.iter().filter(|r| after_leave(r)).count() as f64 / after_leave_s,
+                ),
                 arrivals: Some(o.arrivals),
                 ok: count(|o| *o == Outcome::Ok),
                 p50_ms: percentile(&latencies, 0.5),
@@ -521,13 +532,7 @@ fn report(
 /// [`fleet_report::print`]) and the limit per instance of flowguard's.
 pub fn print(fleet: &FleetConfig, mode: &FleetMode, reports: &[FleetReport]) {
     let (from, until) = fleet.all_up();
-    let (n, place) = (
-        fleet.instances,
-        match mode {
-            FleetMode::Processes(_) => "client processes",
-            FleetMode::InProcess => "in one process",
-        },
-    );
+    let (n, place) = (fleet.instances, mode.place());
     println!(
         "fleet of {n} {place} (a limiter and an HTTP client each), starts {:?} apart, the last joins at {:?}, the first leaves at {:?}; judged from {from} s to {until} s",
         fleet.stagger, fleet.join_at, fleet.leave_at

@@ -311,6 +311,15 @@ mod tests {
         );
     }
 
+    /// The reference of a window granted at `in_flight` throughout.
+    fn steady(low: u64, in_flight: usize) -> CutReference {
+        CutReference {
+            low,
+            in_flight: in_flight as f64,
+            least_in_flight: in_flight,
+        }
+    }
+
     fn window(low: u64, mean_in_flight: f64) -> WindowSummary {
         WindowSummary {
             low,
@@ -333,11 +342,7 @@ mod tests {
     #[test]
     fn an_rtt_that_falls_with_concurrency_is_a_queue() {
         // 4 slots of 10 ms, base 10 ms: 8 in flight take 20 ms, 5 take 12.5 ms.
-        let reference = CutReference {
-            low: 20_000,
-            in_flight: 8.0,
-            least_in_flight: 8,
-        };
+        let reference = steady(20_000, 8);
         assert!(!reference.reveals_stale(10_000, &window(12_500, 5.0)));
         // Down to the base: still a queue that is gone.
         assert!(!reference.reveals_stale(10_000, &window(10_000, 3.0)));
@@ -347,26 +352,14 @@ mod tests {
     fn an_rtt_that_stays_put_when_concurrency_falls_reveals_a_stale_base() {
         // The dependency went from 10 ms to 25 ms at 4 slots: 6 in flight take 37.5 ms, 2 take
         // 25 ms; a queue would have predicted 12.5 ms.
-        let reference = CutReference {
-            low: 37_500,
-            in_flight: 6.0,
-            least_in_flight: 6,
-        };
+        let reference = steady(37_500, 6);
         assert!(reference.reveals_stale(10_000, &window(25_000, 2.0)));
         // Not if concurrency barely fell, or the RTT rose (a queue still building).
         assert!(!reference.reveals_stale(10_000, &window(37_000, 5.8)));
-        let rising = CutReference {
-            low: 20_000,
-            in_flight: 10.0,
-            least_in_flight: 10,
-        };
+        let rising = steady(20_000, 10);
         assert!(!rising.reveals_stale(10_000, &window(25_000, 5.0)));
         // An RTT that did not fall at all: 4 in flight at 25 ms, then 2 at 25 ms.
-        let unqueued = CutReference {
-            low: 25_000,
-            in_flight: 4.0,
-            least_in_flight: 4,
-        };
+        let unqueued = steady(25_000, 4);
         assert!(unqueued.reveals_stale(10_000, &window(25_000, 2.0)));
     }
 

@@ -747,10 +747,11 @@ mod tests {
         assert!(median(&mut jains) >= 0.98, "{jains:?}");
     }
 
-    /// The median of `values` (the upper one of an even count).
+    /// The median of `values` by nearest rank (the lower one of an even count), as the fleet
+    /// reports take their percentiles.
     fn median(values: &mut [f64]) -> f64 {
         values.sort_by(f64::total_cmp);
-        values[values.len() / 2]
+        flowguard_harness::fleet_report::percentile(values, 0.5).expect("some seeds")
     }
 
     /// Eight instances in front of four workers: a fair share is half a call, below the one
