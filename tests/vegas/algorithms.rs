@@ -326,3 +326,44 @@ fn the_defaults_behind_new_are_valid_settings() {
     assert_eq!(Vegas::new().limit(), 1);
     assert_eq!(Aimd::new().limit(), LimitBounds::default().initial());
 }
+
+/// Every call takes 20 ms, 10 of them in the dependency's queue, which other callers keep: a
+/// dependency that says so (`update_queued`) gives Vegas its unloaded RTT, so the limit stays at
+/// its floor; without the reports, the 20 ms are taken for the unloaded RTT and the limit grows.
+/// Reports that stop are forgotten, and the baseline is Vegas's own again.
+#[test]
+fn a_dependency_that_reports_its_queue_gives_the_baseline() {
+    const MS: u64 = 1_000_000;
+    let mut reported = Vegas::new();
+    let mut unreported = Vegas::new();
+    for _ in 0..200 {
+        let in_flight = reported.limit();
+        reported.update_queued(20 * MS, in_flight, 10 * MS);
+        let in_flight = unreported.limit();
+        unreported.update_nanos(20 * MS, in_flight, Outcome::Success);
+    }
+    assert_eq!(reported.rtt_base(), Some(Duration::from_millis(10)));
+    assert_eq!(reported.limit(), 1, "half of every RTT is a queue");
+    assert_eq!(unreported.rtt_base(), Some(Duration::from_millis(20)));
+    assert!(unreported.limit() > 1, "no queue seen: grows");
+
+    for _ in 0..65 {
+        let in_flight = reported.limit();
+        reported.update_nanos(20 * MS, in_flight, Outcome::Success);
+    }
+    assert_eq!(reported.rtt_base(), Some(Duration::from_millis(20)));
+}
+
+/// Algorithms that do not use the dependency's reports take a reported call as a success.
+#[test]
+fn other_algorithms_take_a_reported_call_as_a_success() {
+    let mut aimd = Aimd::new();
+    let mut plain = Aimd::new();
+    for _ in 0..50 {
+        let (a, p) = (aimd.limit(), plain.limit());
+        assert_eq!(
+            aimd.update_queued(5_000_000, a, 1_000_000),
+            plain.update_nanos(5_000_000, p, Outcome::Success)
+        );
+    }
+}

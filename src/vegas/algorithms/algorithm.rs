@@ -74,6 +74,18 @@ pub trait LimitAlgorithm: Send + 'static {
             outcome,
         })
     }
+
+    /// A successful call whose dependency reports that it waited `queued_nanos` in its own
+    /// queue before it was served ([`Permit::success_queued`]). `rtt_nanos - queued_nanos` is
+    /// then a sample of the dependency's unloaded RTT that no other caller's queue inflates.
+    ///
+    /// The provided method ignores the report: `update_nanos(rtt_nanos, in_flight, Success)`.
+    ///
+    /// [`Permit::success_queued`]: crate::vegas::Permit::success_queued
+    fn update_queued(&mut self, rtt_nanos: u64, in_flight: usize, queued_nanos: u64) -> usize {
+        let _ = queued_nanos;
+        self.update_nanos(rtt_nanos, in_flight, Outcome::Success)
+    }
 }
 
 impl LimitAlgorithm for Box<dyn LimitAlgorithm> {
@@ -92,6 +104,10 @@ impl LimitAlgorithm for Box<dyn LimitAlgorithm> {
     #[inline]
     fn update_nanos(&mut self, rtt_nanos: u64, in_flight: usize, outcome: Outcome) -> usize {
         (**self).update_nanos(rtt_nanos, in_flight, outcome)
+    }
+
+    fn update_queued(&mut self, rtt_nanos: u64, in_flight: usize, queued_nanos: u64) -> usize {
+        (**self).update_queued(rtt_nanos, in_flight, queued_nanos)
     }
 }
 

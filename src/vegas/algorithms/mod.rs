@@ -7,7 +7,9 @@ mod baseline;
 mod bounds;
 mod fixed;
 mod gradient;
+mod percentile;
 mod raise_spacing;
+mod reported;
 mod vegas;
 
 pub use aimd::{Aimd, AimdBuilder};

@@ -133,6 +133,31 @@ impl<'a> Permit<'a> {
         self.finish(Outcome::Success);
     }
 
+    /// The call completed, and the dependency reports that it waited `queued` in its own queue
+    /// before it was served (a `Server-Timing` metric, say). An algorithm that knows what to do
+    /// with it ([`Vegas`](crate::vegas::Vegas)) takes `rtt - queued` as a sample of the
+    /// dependency's unloaded RTT, so instances of a fleet agree on it whatever queue the others
+    /// keep; the others treat this as [`success`](Self::success).
+    ///
+    /// ```
+    /// use flowguard::vegas::{Limiter, Vegas};
+    /// use std::time::Duration;
+    ///
+    /// let limiter = Limiter::builder(Vegas::new()).build()?;
+    /// let permit = limiter.try_acquire()?;
+    /// // ... the response says the call waited 4 ms in the dependency's queue ...
+    /// permit.success_queued(Duration::from_millis(4));
+    /// assert_eq!(limiter.in_flight(), 0);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn success_queued(mut self, queued: Duration) {
+        self.unfinished = None;
+        let queued = u64::try_from(queued.as_nanos()).unwrap_or(u64::MAX);
+        self.holder
+            .limiter()
+            .release_queued(&self.grant, Outcome::Success, Some(queued));
+    }
+
     /// The call was dropped by an overloaded dependency (rejection, timeout): cuts the limit.
     pub fn dropped(self) {
         self.finish(Outcome::Dropped);

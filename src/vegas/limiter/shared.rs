@@ -152,7 +152,8 @@ impl Shared {
         let mut state = self.state.lock();
         match waiter.take_grant() {
             Some(grant) => {
-                let (_, changed) = state.release(&self.occupancy, &grant, Outcome::Ignored, now);
+                let (_, changed) =
+                    state.release(&self.occupancy, &grant, Outcome::Ignored, None, now);
                 let limit = state.limit();
                 drop(state);
                 if changed {
@@ -170,10 +171,17 @@ impl Shared {
     }
 
     /// Returns a permit with `outcome` and feeds the algorithm.
+    #[inline]
     pub(super) fn release(&self, grant: &Grant, outcome: Outcome) {
+        self.release_queued(grant, outcome, None);
+    }
+
+    /// [`release`](Self::release), with the time the dependency reports the call queued, in
+    /// nanoseconds, if it does.
+    pub(super) fn release_queued(&self, grant: &Grant, outcome: Outcome, queued: Option<u64>) {
         let now = self.clock.now_nanos();
         let mut state = self.state.lock();
-        let (rtt, changed) = state.release(&self.occupancy, grant, outcome, now);
+        let (rtt, changed) = state.release(&self.occupancy, grant, outcome, queued, now);
         let limit = changed.then(|| state.limit());
         drop(state);
         self.metrics.released(outcome, rtt, limit);

@@ -165,7 +165,8 @@ impl State {
         self.sync_arbitration(occupancy);
     }
 
-    /// Returns a permit and feeds its sample to the algorithm; answers the RTT in nanoseconds and
+    /// Returns a permit and feeds its sample to the algorithm, with the time the dependency
+    /// reports the call queued (nanoseconds), if it does; answers the RTT in nanoseconds and
     /// whether the limit changed.
     #[inline]
     pub(super) fn release(
@@ -173,6 +174,7 @@ impl State {
         occupancy: &Occupancy,
         grant: &Grant,
         outcome: Outcome,
+        queued: Option<u64>,
         now_nanos: u64,
     ) -> (u64, bool) {
         let rtt_nanos = now_nanos.saturating_sub(grant.start_nanos);
@@ -180,10 +182,16 @@ impl State {
         if self.partitions.declared() {
             self.partitions.give_back(grant.partition);
         }
-        let limit = self
-            .algorithm
-            .update_nanos(rtt_nanos, grant.in_flight, outcome)
-            .max(1);
+        let limit = match queued {
+            Some(queued) if outcome == Outcome::Success => {
+                self.algorithm
+                    .update_queued(rtt_nanos, grant.in_flight, queued)
+            }
+            _ => self
+                .algorithm
+                .update_nanos(rtt_nanos, grant.in_flight, outcome),
+        }
+        .max(1);
         let changed = limit != self.limit;
         if changed {
             self.limit = limit;

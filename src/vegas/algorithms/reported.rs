@@ -1,0 +1,110 @@
+//! The dependency's unloaded RTT from its own reports of how long each call queued.
+//!
+//! In a fleet, the RTT an instance measures holds the queue that every instance keeps at the
+//! dependency, and no instance can tell, by changing its own concurrency, how much of that
+//! queue is its own. A dependency that reports how long each call waited in its queue before it
+//! was served removes the question: `rtt - queued` is the unloaded RTT, the same for every
+//! instance whatever the others do. Vegas then takes it as its baseline.
+
+use super::percentile::low_percentile;
+
+/// Reported samples per window, whose low percentile is one window's estimate.
+const WINDOW: usize = 16;
+/// Windows the estimate is the least of: it follows a dependency that got slower within as
+/// many windows, and one window's unlucky samples do not raise it.
+const WINDOWS: usize = 4;
+/// Successful calls without a report after which the reports are forgotten (the dependency
+/// stopped sending them) and the baseline is the algorithm's own again.
+const SILENCE: u64 = (WINDOW * WINDOWS) as u64;
+
+/// The unloaded RTT the dependency's reports give.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct ReportedBaseline {
+    samples: Vec<u64>,
+    lows: Vec<u64>,
+    estimate: Option<u64>,
+    unreported: u64,
+}
+
+impl ReportedBaseline {
+    /// The estimate, once a whole window of reports came in.
+    pub(crate) fn estimate(&self) -> Option<u64> {
+        self.estimate
+    }
+
+    /// A successful call's RTT minus the time the dependency reports it queued, in nanoseconds.
+    pub(crate) fn report(&mut self, unloaded: u64) {
+        self.unreported = 0;
+        self.samples.push(unloaded.max(1));
+        if self.samples.len() < WINDOW {
+            return;
+        }
+        if let Some(low) = low_percentile(&mut self.samples) {
+            if self.lows.len() == WINDOWS {
+                self.lows.remove(0);
+            }
+            self.lows.push(low);
+            self.estimate = self.lows.iter().copied().min();
+        }
+        self.samples.clear();
+    }
+
+    /// A successful call without a report.
+    pub(crate) fn unreported(&mut self) {
+        self.unreported += 1;
+        if self.unreported > SILENCE && self.estimate.is_some() {
+            *self = Self::default();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: u64 = 1_000_000;
+
+    #[test]
+    fn a_window_of_reports_gives_its_low_percentile() {
+        let mut reported = ReportedBaseline::default();
+        for i in 0..WINDOW as u64 - 1 {
+            reported.report(10 * MS + i * MS / 10);
+        }
+        assert_eq!(reported.estimate(), None);
+        reported.report(1); // one lucky sample is skipped by the low percentile
+        assert_eq!(reported.estimate(), Some(10 * MS));
+    }
+
+    #[test]
+    fn follows_a_slower_dependency_within_its_windows_and_a_faster_one_at_once() {
+        let mut reported = ReportedBaseline::default();
+        for _ in 0..WINDOW * WINDOWS {
+            reported.report(10 * MS);
+        }
+        for window in 1..=WINDOWS {
+            for _ in 0..WINDOW {
+                reported.report(25 * MS);
+            }
+            let expected = if window < WINDOWS { 10 * MS } else { 25 * MS };
+            assert_eq!(reported.estimate(), Some(expected), "window {window}");
+        }
+        for _ in 0..WINDOW {
+            reported.report(8 * MS);
+        }
+        assert_eq!(reported.estimate(), Some(8 * MS));
+    }
+
+    #[test]
+    fn reports_that_stop_are_forgotten() {
+        let mut reported = ReportedBaseline::default();
+        for _ in 0..WINDOW {
+            reported.report(10 * MS);
+        }
+        for _ in 0..SILENCE {
+            reported.unreported();
+        }
+        assert_eq!(reported.estimate(), Some(10 * MS));
+        reported.unreported();
+        assert_eq!(reported.estimate(), None);
+    }
+}
