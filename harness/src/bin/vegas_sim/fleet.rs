@@ -45,6 +45,9 @@ pub struct FleetScenario {
     pub max_wait: Duration,
     pub deadline: Duration,
     pub seed: u64,
+    /// The backend reports how long each call waited in its queue; the instances finish their
+    /// permits with `Permit::success_queued`.
+    pub reported_queue: bool,
 }
 
 impl FleetScenario {
@@ -64,6 +67,7 @@ impl FleetScenario {
             max_wait: Duration::from_millis(50),
             deadline: Duration::from_secs(1),
             seed,
+            reported_queue: false,
         }
     }
 
@@ -128,6 +132,10 @@ enum Event {
 /// A call from arrival to completion or timeout.
 struct Call {
     instance: usize,
+    /// When the call's permit was granted (it joined the backend's queue).
+    granted_at: u64,
+    /// How long it waited in the backend's queue before a worker took it.
+    queued: u64,
     arrival: u64,
     permit: Option<OwnedPermit>,
     finished: bool,
@@ -222,7 +230,11 @@ pub fn simulate_fleet(
                 if !call.finished {
                     call.finished = true;
                     if let Some(permit) = call.permit.take() {
-                        permit.success();
+                        if scenario.reported_queue {
+                            permit.success_queued(Duration::from_nanos(call.queued));
+                        } else {
+                            permit.success();
+                        }
                     }
                     let instance = &mut instances[call.instance];
                     instance.ok += 1;
@@ -249,6 +261,8 @@ pub fn simulate_fleet(
             Event::Arrival(index) => {
                 calls.push(Call {
                     instance: index,
+                    granted_at: 0,
+                    queued: 0,
                     arrival: now,
                     permit: None,
                     finished: false,
@@ -277,6 +291,7 @@ pub fn simulate_fleet(
                 };
                 instance.waiting.pop_front();
                 calls[id].permit = Some(permit);
+                calls[id].granted_at = now;
                 events.push(Reverse((calls[id].arrival + deadline, Event::Deadline(id))));
                 backlog.push_back(id);
             }
@@ -289,6 +304,7 @@ pub fn simulate_fleet(
             let spread = 1.0 + scenario.jitter * (2.0 * service_rng.random::<f64>() - 1.0);
             let service = (scenario.service.as_nanos() as f64 * spread) as u64;
             busy += 1;
+            calls[id].queued = now - calls[id].granted_at;
             events.push(Reverse((now + service.max(1), Event::Completion(id))));
         }
     }
@@ -375,7 +391,7 @@ fn per_second(trace: &[f64], seconds: usize) -> Vec<Option<f64>> {
 /// Prints the scenario, then the fleet report of each limiter (see [`fleet_report::print`]).
 pub fn print(scenario: &FleetScenario, reports: &[FleetReport]) {
     println!(
-        "\nfleet: {} instances, {} workers at {:?} (+/-{}%), {}x total overload; starts {:?} apart, the last joins at {:?}, the first leaves at {:?}, end {:?}; wait <= {:?}, deadline {:?}, seed {}",
+        "\nfleet: {} instances, {} workers at {:?} (+/-{}%), {}x total overload; starts {:?} apart, the last joins at {:?}, the first leaves at {:?}, end {:?}; wait <= {:?}, deadline {:?}, seed {}{}",
         scenario.instances,
         scenario.workers,
         scenario.service,
@@ -387,7 +403,12 @@ pub fn print(scenario: &FleetScenario, reports: &[FleetReport]) {
         scenario.end,
         scenario.max_wait,
         scenario.deadline,
-        scenario.seed
+        scenario.seed,
+        if scenario.reported_queue {
+            "; the backend reports each call's queue wait"
+        } else {
+            ""
+        }
     );
     let (from, until) = scenario.all_up();
     println!("fairness and limits judged from {from} s to {until} s (all instances up)");
@@ -400,6 +421,7 @@ pub fn json(scenario: &FleetScenario, reports: &[FleetReport]) -> serde_json::Va
         "scenario": "fleet",
         "instances": scenario.instances,
         "seed": scenario.seed,
+        "reported_queue": scenario.reported_queue,
         "limiters": reports.iter().map(FleetReport::to_json).collect::<Vec<_>>(),
     })
 }
