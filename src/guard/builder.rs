@@ -269,7 +269,7 @@ impl GuardBuilder {
         #[cfg(feature = "tower")]
         let outbound = crate::vegas::layer::AdaptiveConcurrencyLayer::builder(concurrency.clone())
             .max_wait(acquire_timeout)
-            .classifier(classifier)
+            .classifier(classifier.clone())
             .build()
             .map_err(BuildError::Concurrency)?;
         #[cfg(feature = "reqwest")]

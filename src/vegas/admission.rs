@@ -1,9 +1,11 @@
-//! How a middleware takes its permits: from which limiter and partition, and how long it waits
-//! for one. Shared by the tower layer and the reqwest middleware, which differ only in how they
-//! carry the permit through a call.
+//! How a middleware takes its permits (from which limiter and partition, and how long it waits
+//! for one) and finishes them. Shared by the tower layer and the reqwest middleware, which differ
+//! only in how they carry the permit through a call.
 
 use std::time::Duration;
 
+use super::algorithms::Outcome;
+use super::classify::OutcomeClassifier;
 use super::error::{AcquireError, ConfigError};
 use super::limiter::{DEFAULT_ACQUIRE_TIMEOUT, Limiter, PartitionId, Permit};
 
@@ -49,6 +51,23 @@ impl Admission {
         } else {
             self.limiter.acquire_in(self.partition, self.max_wait).await
         }
+    }
+}
+
+/// Finishes `permit` with the outcome `classifier` gives `result`; a success the dependency says
+/// queued (its [`queued`](OutcomeClassifier::queued)) finishes with
+/// [`success_queued`](Permit::success_queued).
+#[inline]
+pub(crate) fn finish<R, E, C>(permit: Permit<'_>, classifier: &C, result: &Result<R, E>)
+where
+    C: OutcomeClassifier<R, E> + ?Sized,
+{
+    match classifier.classify(result) {
+        Outcome::Success => match classifier.queued(result) {
+            Some(queued) => permit.success_queued(queued),
+            None => permit.success(),
+        },
+        outcome => permit.finish(outcome),
     }
 }
 

@@ -4,10 +4,12 @@
 use std::convert::Infallible;
 use std::error::Error;
 use std::io;
+use std::time::Duration;
 
-use http::StatusCode;
+use http::{HeaderMap, StatusCode};
 
 use super::algorithms::Outcome;
+use super::queue_timing::QueueTiming;
 use crate::backoff::{BoxError, is_transient};
 
 /// Decides the [`Outcome`] of a finished call from its result: what the tower layer in
@@ -35,6 +37,18 @@ use crate::backoff::{BoxError, is_transient};
 pub trait OutcomeClassifier<R, E> {
     /// The outcome of a call that ended with `result`.
     fn classify(&self, result: &Result<R, E>) -> Outcome;
+
+    /// For a call [`classify`](Self::classify) calls a success: how long the dependency says
+    /// it waited in its queue before it was served, if the result says so. The layer and the
+    /// middleware then finish its permit with
+    /// [`success_queued`](crate::vegas::Permit::success_queued) instead of
+    /// [`success`](crate::vegas::Permit::success). By default `None`: no report is read.
+    /// [`HttpClassifier`] reads one from a `Server-Timing` metric when given a
+    /// [`QueueTiming`](HttpClassifier::queue_timing).
+    fn queued(&self, result: &Result<R, E>) -> Option<Duration> {
+        let _ = result;
+        None
+    }
 }
 
 impl<R, E, F: Fn(&Result<R, E>) -> Outcome> OutcomeClassifier<R, E> for F {
@@ -88,9 +102,10 @@ impl<R, E, F: Fn(&Result<R, E>) -> Outcome> OutcomeClassifier<R, E> for F {
 /// assert_eq!(HttpClassifier::status(StatusCode::NOT_FOUND), Outcome::Success);
 /// # Ok::<(), http::Error>(())
 /// ```
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct HttpClassifier {
     statuses: fn(StatusCode) -> Outcome,
+    queue: Option<QueueTiming>,
 }
 
 impl Default for HttpClassifier {
@@ -104,9 +119,7 @@ impl HttpClassifier {
     /// The default rules: statuses by [`HttpClassifier::status`], errors by
     /// [`HttpClassifier::error`].
     pub const fn new() -> Self {
-        Self {
-            statuses: Self::status,
-        }
+        Self::with_statuses(Self::status)
     }
 
     /// Responses classified by `statuses` instead of [`HttpClassifier::status`]; errors as by
@@ -127,7 +140,42 @@ impl HttpClassifier {
     /// assert_eq!(classifier.outcome(StatusCode::OK), Outcome::Success);
     /// ```
     pub const fn with_statuses(statuses: fn(StatusCode) -> Outcome) -> Self {
-        Self { statuses }
+        Self {
+            statuses,
+            queue: None,
+        }
+    }
+
+    /// Reads how long each successful call queued at the dependency from the response's
+    /// `Server-Timing` metric `queue` (see [`QueueTiming`]); a response without it is a plain
+    /// success. For a dependency that reports its queue, this evens out the shares of a fleet
+    /// of instances, each with its own limiter.
+    ///
+    /// ```
+    /// use flowguard::vegas::{HttpClassifier, OutcomeClassifier, QueueTiming};
+    /// use flowguard::backoff::BoxError;
+    /// use std::time::Duration;
+    ///
+    /// let classifier = HttpClassifier::new().queue_timing(QueueTiming::server_timing("queue")?);
+    /// let answer: Result<http::Response<()>, BoxError> = Ok(http::Response::builder()
+    ///     .header("server-timing", "queue;dur=12.5, app;dur=10")
+    ///     .body(())?);
+    /// assert_eq!(classifier.queued(&answer), Some(Duration::from_micros(12_500)));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn queue_timing(mut self, queue: QueueTiming) -> Self {
+        self.queue = Some(queue);
+        self
+    }
+
+    /// Where this classifier reads the dependency's queueing, if it does.
+    pub fn queue(&self) -> Option<&QueueTiming> {
+        self.queue.as_ref()
+    }
+
+    /// The queueing reported in `headers`, if this classifier reads it.
+    fn queued_in(&self, headers: &HeaderMap) -> Option<Duration> {
+        self.queue.as_ref()?.read(headers)
     }
 
     /// The outcome this classifier gives a response with `status`.
@@ -169,6 +217,10 @@ macro_rules! http_responses_with {
                     Err($e) => HttpClassifier::error($as_error),
                 }
             }
+
+            fn queued(&self, result: &Result<http::Response<B>, $error>) -> Option<Duration> {
+                self.queued_in(result.as_ref().ok()?.headers())
+            }
         }
     )*};
 }
@@ -190,6 +242,10 @@ impl<B> OutcomeClassifier<http::Response<B>, Infallible> for HttpClassifier {
             Err(never) => match *never {},
         }
     }
+
+    fn queued(&self, result: &Result<http::Response<B>, Infallible>) -> Option<Duration> {
+        self.queued_in(result.as_ref().ok()?.headers())
+    }
 }
 
 #[cfg(feature = "reqwest")]
@@ -199,6 +255,10 @@ impl OutcomeClassifier<::reqwest::Response, ::reqwest::Error> for HttpClassifier
             Ok(response) => self.outcome(response.status()),
             Err(error) => HttpClassifier::error(error),
         }
+    }
+
+    fn queued(&self, result: &Result<::reqwest::Response, ::reqwest::Error>) -> Option<Duration> {
+        self.queued_in(result.as_ref().ok()?.headers())
     }
 }
 
@@ -213,5 +273,12 @@ impl OutcomeClassifier<::reqwest::Response, reqwest_middleware::Error> for HttpC
                 HttpClassifier::error(error)
             }
         }
+    }
+
+    fn queued(
+        &self,
+        result: &Result<::reqwest::Response, reqwest_middleware::Error>,
+    ) -> Option<Duration> {
+        self.queued_in(result.as_ref().ok()?.headers())
     }
 }

@@ -80,6 +80,13 @@ pub enum ConfigError {
         /// The largest limit allowed: [`MAX_LIMIT`](crate::vegas::MAX_LIMIT).
         max: usize,
     },
+    /// A `Server-Timing` metric name (for
+    /// [`QueueTiming::server_timing`](crate::vegas::QueueTiming::server_timing)) is not an HTTP
+    /// token.
+    InvalidMetricName {
+        /// The name given.
+        name: String,
+    },
 }
 
 impl fmt::Display for ConfigError {
@@ -124,6 +131,10 @@ impl fmt::Display for ConfigError {
             Self::UnknownPartition { name } => write!(
                 f,
                 "the limiter declares no partition `{name}`; declare it with `LimiterBuilder::partition` or name a declared one"
+            ),
+            Self::InvalidMetricName { name } => write!(
+                f,
+                "`{name}` is not a Server-Timing metric name; use letters, digits and !#$%&'*+-.^_`|~ only, at least one (e.g. `queue`)"
             ),
             Self::SharesExceedOne { total } => write!(
                 f,

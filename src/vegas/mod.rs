@@ -69,6 +69,7 @@ mod error;
 #[cfg(feature = "tower")]
 pub mod layer;
 mod limiter;
+mod queue_timing;
 #[cfg(feature = "reqwest")]
 pub mod reqwest;
 
@@ -82,3 +83,4 @@ pub use limiter::{
     DEFAULT_ACQUIRE_TIMEOUT, DEFAULT_PARTITION, Limiter, LimiterBuilder, LimiterSnapshot,
     OwnedPermit, PartitionId, Permit, QueueOrder,
 };
+pub use queue_timing::QueueTiming;

@@ -50,7 +50,7 @@ use http::Extensions;
 use reqwest::{Request, Response};
 use reqwest_middleware::{Error, Middleware, Next, Result};
 
-use super::admission::{Admission, AdmissionBuilder};
+use super::admission::{Admission, AdmissionBuilder, finish};
 use super::classify::{HttpClassifier, OutcomeClassifier};
 use super::error::{ConfigError, Shed};
 use super::limiter::Limiter;
@@ -115,7 +115,7 @@ where
             }
         };
         let result = next.run(req, extensions).await;
-        permit.finish(self.classifier.classify(&result));
+        finish(permit, &self.classifier, &result);
         result
     }
 }

@@ -8,13 +8,15 @@ use flowguard::vegas::{LimitAlgorithm, Outcome, Sample};
 use parking_lot::Mutex;
 
 /// An algorithm whose limit follows a script: each update moves to the next scripted limit (the
-/// last one repeats). Every sample it is fed is recorded.
+/// last one repeats). Every sample it is fed is recorded, and so is every queueing reported with
+/// a success (`Permit::success_queued`), which also counts as a successful sample.
 #[derive(Debug, Clone)]
 pub struct Scripted {
     limits: Vec<usize>,
     next: usize,
     current: usize,
     pub samples: Arc<Mutex<Vec<Sample>>>,
+    pub queued: Arc<Mutex<Vec<Duration>>>,
 }
 
 impl Scripted {
@@ -25,6 +27,7 @@ impl Scripted {
             next: 0,
             current: initial,
             samples: Arc::default(),
+            queued: Arc::default(),
         }
     }
 }
@@ -45,6 +48,11 @@ impl LimitAlgorithm for Scripted {
             self.next += 1;
         }
         self.current
+    }
+
+    fn update_queued(&mut self, rtt_nanos: u64, in_flight: usize, queued_nanos: u64) -> usize {
+        self.queued.lock().push(Duration::from_nanos(queued_nanos));
+        self.update_nanos(rtt_nanos, in_flight, Outcome::Success)
     }
 }
 

@@ -15,7 +15,9 @@ use common::Scripted;
 use flowguard::backoff::tower::HttpRetry;
 use flowguard::backoff::{BoxError, HttpRetryPolicy, RetryPolicy};
 use flowguard::vegas::layer::AdaptiveConcurrencyLayer;
-use flowguard::vegas::{AcquireError, ConfigError, Fixed, Limiter, Outcome, Sample, Shed};
+use flowguard::vegas::{
+    AcquireError, ConfigError, Fixed, HttpClassifier, Limiter, Outcome, QueueTiming, Sample, Shed,
+};
 use http::{Request, Response, StatusCode};
 use parking_lot::Mutex;
 use tokio::sync::Notify;
@@ -264,6 +266,51 @@ async fn the_http_classifier_drops_overload_and_transport_failures_and_ignores_o
     }
     let expected: Vec<Outcome> = table.iter().map(|(_, outcome)| *outcome).collect();
     assert_eq!(outcomes(&samples), expected);
+    assert_eq!(limiter.in_flight(), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_queue_the_dependency_reports_reaches_the_algorithm_with_the_success() {
+    let algorithm = Scripted::new(4, &[]);
+    let (samples, queued) = (algorithm.samples.clone(), algorithm.queued.clone());
+    let limiter = Limiter::builder(algorithm).build().unwrap();
+    let timing = QueueTiming::server_timing("queue").unwrap();
+    let concurrency = AdaptiveConcurrencyLayer::builder(limiter.clone())
+        .classifier(HttpClassifier::new().queue_timing(timing))
+        .build()
+        .unwrap();
+    let mut svc = concurrency.layer(service_fn(|req: Request<(u16, &'static str)>| async move {
+        let (code, server_timing) = *req.body();
+        let mut response = status(code);
+        if !server_timing.is_empty() {
+            let value = server_timing.parse().unwrap();
+            response.headers_mut().insert("server-timing", value);
+        }
+        Ok::<_, BoxError>(response)
+    }));
+    for answer in [
+        (200, "app;dur=9, queue;dur=2.5"),
+        (200, ""),             // no report: a plain success
+        (200, "queue;dur=-1"), // a malformed report: a plain success
+        (503, "queue;dur=40"), // a drop stays a drop
+        (404, "queue;dur=0"),  // any success carries its report
+    ] {
+        svc.ready()
+            .await
+            .unwrap()
+            .call(Request::new(answer))
+            .await
+            .unwrap();
+    }
+    use Outcome::{Dropped, Success};
+    assert_eq!(
+        outcomes(&samples),
+        vec![Success, Success, Success, Dropped, Success]
+    );
+    assert_eq!(
+        *queued.lock(),
+        vec![Duration::from_micros(2500), Duration::ZERO]
+    );
     assert_eq!(limiter.in_flight(), 0);
 }
 

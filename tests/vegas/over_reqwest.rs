@@ -17,7 +17,9 @@ use common::Scripted;
 use flowguard::backoff::reqwest::RetryMiddleware;
 use flowguard::backoff::{HttpRetryPolicy, RetryPolicy};
 use flowguard::vegas::reqwest::AdaptiveConcurrencyMiddleware;
-use flowguard::vegas::{AcquireError, ConfigError, Fixed, Limiter, Outcome, Sample, Shed};
+use flowguard::vegas::{
+    AcquireError, ConfigError, Fixed, HttpClassifier, Limiter, Outcome, QueueTiming, Sample, Shed,
+};
 use http::Extensions;
 use parking_lot::Mutex;
 use reqwest::{Request, Response};
@@ -241,6 +243,63 @@ async fn reqwest_connect_errors_and_timeouts_are_drops() {
     server.abort();
 
     assert_eq!(outcomes(&samples), vec![Outcome::Dropped, Outcome::Dropped]);
+    assert_eq!(limiter.in_flight(), 0);
+}
+
+/// A hyper server on loopback that answers every request `200` with `Server-Timing: <value>`
+/// (none when empty), taking the values in order; answers its address.
+async fn reporting_server(values: &'static [&'static str]) -> std::net::SocketAddr {
+    use hyper::server::conn::http1;
+    use hyper_util::rt::TokioIo;
+
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    let next = Arc::new(AtomicUsize::new(0));
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            let next = next.clone();
+            let service = hyper::service::service_fn(move |_request| {
+                let value = values[next.fetch_add(1, Ordering::SeqCst) % values.len()];
+                let mut response = http::Response::builder();
+                if !value.is_empty() {
+                    response = response.header("server-timing", value);
+                }
+                async move { response.body(String::new()) }
+            });
+            tokio::spawn(http1::Builder::new().serve_connection(TokioIo::new(stream), service));
+        }
+    });
+    address
+}
+
+#[tokio::test]
+async fn a_queue_the_dependency_reports_over_http_reaches_the_algorithm() {
+    let algorithm = Scripted::new(4, &[]);
+    let (samples, queued) = (algorithm.samples.clone(), algorithm.queued.clone());
+    let limiter = Limiter::builder(algorithm).build().unwrap();
+    let timing = QueueTiming::server_timing("queue").unwrap();
+    let client = ClientBuilder::new(reqwest::Client::new())
+        .with(
+            AdaptiveConcurrencyMiddleware::builder(limiter.clone())
+                .classifier(HttpClassifier::new().queue_timing(timing))
+                .build()
+                .unwrap(),
+        )
+        .build();
+    let address = reporting_server(&["db;dur=1, queue;dur=12.5", "", "queue;dur=0.25"]).await;
+    for _ in 0..3 {
+        let response = client
+            .get(format!("http://{address}/"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 200);
+    }
+    assert_eq!(outcomes(&samples), vec![Outcome::Success; 3]);
+    assert_eq!(
+        *queued.lock(),
+        vec![Duration::from_micros(12_500), Duration::from_micros(250)]
+    );
     assert_eq!(limiter.in_flight(), 0);
 }
 

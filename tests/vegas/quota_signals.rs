@@ -106,7 +106,7 @@ async fn a_classifier_given_to_the_guard_reaches_the_middleware_and_the_layer() 
     });
     let guard = Guard::builder()
         .concurrency(limiter())
-        .outbound_classifier(classifier)
+        .outbound_classifier(classifier.clone())
         .build()
         .await
         .unwrap();

@@ -9,6 +9,7 @@ use std::task::{Context, Poll, ready};
 use pin_project_lite::pin_project;
 
 use crate::backoff::BoxError;
+use crate::vegas::admission;
 use crate::vegas::classify::OutcomeClassifier;
 use crate::vegas::error::{AcquireError, Shed};
 use crate::vegas::limiter::OwnedPermit;
@@ -17,7 +18,8 @@ pin_project! {
     /// The future of an [`AdaptiveConcurrencyService`](super::AdaptiveConcurrencyService) call.
     ///
     /// It owns the call's permit. When the inner call finishes, the classifier's
-    /// [`Outcome`](crate::vegas::Outcome) for its result is reported on the permit, which is
+    /// [`Outcome`](crate::vegas::Outcome) for its result (and, for a success, the queueing the
+    /// dependency reports, if the classifier reads it) is reported on the permit, which is
     /// released before the result is handed on. Dropped before that (the caller gave up, a
     /// timeout outside the layer fired, the task was aborted), it releases the permit, which
     /// reports its limiter's [`unfinished`](crate::vegas::LimiterBuilder::unfinished) outcome:
@@ -81,7 +83,7 @@ where
             } => {
                 let result = ready!(future.poll(cx));
                 if let Some(permit) = permit.take() {
-                    permit.finish(classifier.classify(&result));
+                    admission::finish(permit, classifier, &result);
                 }
                 Poll::Ready(result.map_err(Into::into))
             }

@@ -1,0 +1,200 @@
+//! [`QueueTiming`]: where a dependency's response says how long the call waited in its queue, a
+//! metric of the `Server-Timing` header.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use http::{HeaderMap, HeaderName, HeaderValue};
+
+use super::error::ConfigError;
+
+/// `Server-Timing` (the `http` crate has no constant for it).
+const SERVER_TIMING: HeaderName = HeaderName::from_static("server-timing");
+
+/// The `Server-Timing` metric in which a dependency reports how long each call waited in its
+/// queue before a worker took it, e.g. `Server-Timing: queue;dur=3.2` (milliseconds, as the
+/// header's `dur` always is).
+///
+/// Given to [`HttpClassifier::queue_timing`](crate::vegas::HttpClassifier::queue_timing), it
+/// lets the outbound layer and the reqwest middleware finish each successful call with
+/// [`Permit::success_queued`](crate::vegas::Permit::success_queued): Vegas then learns the
+/// dependency's unloaded round-trip time from `rtt - queued`, which every instance of a fleet
+/// measures alike, instead of from the lowest round-trip time it saw, which depends on the
+/// queue the other instances keep. That is what makes a fleet's shares even (see the guide's
+/// "When the dependency reports its queue").
+///
+/// The dependency's side is [`header_value`](Self::header_value): the header to answer with.
+///
+/// ```
+/// use std::time::Duration;
+/// use flowguard::vegas::QueueTiming;
+/// use http::HeaderMap;
+///
+/// let timing = QueueTiming::server_timing("queue")?;
+///
+/// // The dependency: the call waited 3.2 ms for a worker.
+/// let mut headers = HeaderMap::new();
+/// headers.insert("server-timing", timing.header_value(Duration::from_micros(3200)));
+/// assert_eq!(headers["server-timing"], "queue;dur=3.200");
+///
+/// // The client: reads it back, among other metrics.
+/// headers.append("server-timing", "db;dur=53, app;dur=47.2".parse()?);
+/// assert_eq!(timing.read(&headers), Some(Duration::from_micros(3200)));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Clone, PartialEq, Eq)]
+pub struct QueueTiming {
+    metric: Arc<str>,
+}
+
+impl QueueTiming {
+    /// The `Server-Timing` metric called `metric`, or [`ConfigError::InvalidMetricName`] when
+    /// `metric` is not an HTTP token (letters, digits and ``!#$%&'*+-.^_`|~``, at least one).
+    pub fn server_timing(metric: &str) -> Result<Self, ConfigError> {
+        if metric.is_empty() || !metric.bytes().all(is_token_byte) {
+            return Err(ConfigError::InvalidMetricName {
+                name: metric.to_owned(),
+            });
+        }
+        Ok(Self {
+            metric: metric.into(),
+        })
+    }
+
+    /// The metric's name.
+    pub fn metric(&self) -> &str {
+        &self.metric
+    }
+
+    /// How long the call waited, as reported in `headers`: the `dur` of the first metric of
+    /// this name in the `Server-Timing` headers (metric and parameter names compared without
+    /// regard to ASCII case). `None` when no such metric has a `dur` that is a finite number of
+    /// milliseconds `>= 0`: an answer without a report (or with a malformed one) is taken as a
+    /// plain success, never as a made-up wait.
+    pub fn read(&self, headers: &HeaderMap) -> Option<Duration> {
+        headers
+            .get_all(SERVER_TIMING)
+            .iter()
+            .filter_map(|value| value.to_str().ok())
+            .flat_map(|value| value.split(','))
+            .find_map(|entry| self.duration_in(entry))
+    }
+
+    /// The header value that reports a wait of `queued` under this metric:
+    /// `<metric>;dur=<milliseconds, 3 decimals>`. Insert it as `Server-Timing` (or append it
+    /// beside other metrics).
+    pub fn header_value(&self, queued: Duration) -> HeaderValue {
+        let millis = queued.as_secs_f64() * 1e3;
+        HeaderValue::try_from(format!("{};dur={millis:.3}", self.metric))
+            .expect("a token, ';dur=' and a decimal number are valid header characters")
+    }
+
+    /// The duration of `entry` (`name;param=value;...`) if it is this metric with a valid `dur`;
+    /// `None` otherwise, or when it has none (the metric named without a duration).
+    fn duration_in(&self, entry: &str) -> Option<Duration> {
+        let mut parts = entry.split(';');
+        let name = parts.next()?.trim();
+        if !name.eq_ignore_ascii_case(&self.metric) {
+            return None;
+        }
+        // The first `dur` counts; later ones are ignored, as browsers do.
+        let dur = parts.find_map(|param| {
+            let (key, value) = param.split_once('=')?;
+            key.trim()
+                .eq_ignore_ascii_case("dur")
+                .then(|| value.trim().trim_matches('"'))
+        })?;
+        let millis: f64 = dur.parse().ok()?;
+        // Rounded to the nanosecond: `3.2` is 3,200,000 ns, not the 3,199,999 of the nearest
+        // binary fraction. Above u64::MAX ns (584 years) or not a number >= 0: no report.
+        let nanos = (millis * 1e6).round();
+        (nanos >= 0.0 && nanos < u64::MAX as f64).then(|| Duration::from_nanos(nanos as u64))
+    }
+}
+
+impl fmt::Debug for QueueTiming {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("QueueTiming::server_timing")
+            .field(&&*self.metric)
+            .finish()
+    }
+}
+
+/// `tchar` of RFC 9110: the characters of an HTTP token.
+fn is_token_byte(byte: u8) -> bool {
+    byte.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&byte)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn headers(values: &[&str]) -> HeaderMap {
+        let mut headers = HeaderMap::new();
+        for value in values {
+            headers.append(SERVER_TIMING, value.parse().unwrap());
+        }
+        headers
+    }
+
+    fn queue() -> QueueTiming {
+        QueueTiming::server_timing("queue").unwrap()
+    }
+
+    #[test]
+    fn reads_the_first_metric_of_its_name_among_others() {
+        let read = |values: &[&str]| queue().read(&headers(values));
+        assert_eq!(read(&["queue;dur=2.5"]), Some(Duration::from_micros(2500)));
+        assert_eq!(
+            read(&["db;dur=53, Queue ; DUR = \"7\" ;desc=\"wait\""]),
+            Some(Duration::from_millis(7))
+        );
+        assert_eq!(
+            read(&["app;dur=1", "queue;desc=x;dur=0, queue;dur=9"]),
+            Some(Duration::ZERO)
+        );
+        assert_eq!(read(&["queue;dur=4;dur=8"]), Some(Duration::from_millis(4)));
+    }
+
+    #[test]
+    fn a_missing_or_malformed_report_is_none() {
+        let read = |values: &[&str]| queue().read(&headers(values));
+        assert_eq!(read(&[]), None);
+        assert_eq!(read(&["queued;dur=3", "app;dur=1"]), None);
+        assert_eq!(read(&["queue"]), None);
+        for bad in ["-1", "NaN", "inf", "1e400", "3ms", ""] {
+            assert_eq!(read(&[&format!("queue;dur={bad}")]), None, "dur={bad}");
+        }
+    }
+
+    #[test]
+    fn the_header_value_reads_back() {
+        let timing = queue();
+        for queued in [
+            Duration::ZERO,
+            Duration::from_micros(1),
+            Duration::from_millis(3),
+            Duration::from_secs(90),
+        ] {
+            let mut map = HeaderMap::new();
+            map.insert(SERVER_TIMING, timing.header_value(queued));
+            assert_eq!(timing.read(&map), Some(queued));
+        }
+    }
+
+    #[test]
+    fn a_metric_name_must_be_a_token() {
+        for bad in ["", "queue time", "a;b", "q,r", "é"] {
+            assert_eq!(
+                QueueTiming::server_timing(bad),
+                Err(ConfigError::InvalidMetricName { name: bad.into() }),
+                "{bad:?}"
+            );
+        }
+        assert_eq!(
+            QueueTiming::server_timing("q-1_x").unwrap().metric(),
+            "q-1_x"
+        );
+    }
+}
