@@ -18,7 +18,7 @@
 //! default. With `--backend URL` it drives a running `overload_backend` (whose own flags then
 //! apply), starting a run on it (`POST /run`) before each limiter.
 //!
-//! Client flags: `--limiter all|LIST` (none, fixedN, flowguard, tower-acc; default all), `--seconds S`
+//! Client flags: `--limiter all|LIST` (none, fixedN, flowguard, flowguard-queue, tower-acc; default all), `--seconds S`
 //! (20), `--overload X` (3, times the capacity before the step) or `--rate R` (arrivals per second),
 //! `--deadline-ms MS` (1000), `--wait-ms MS` (50, the wait for a permit before a request is shed),
 //! `--seed N` (1), `--json` (one JSON object on the last line instead of tables).
@@ -55,7 +55,7 @@ use tokio::process::{Child, Command};
 #[command(
     name = "overload",
     override_usage = format!(
-        "overload [--backend URL] [--limiter all|none,fixedN,flowguard,tower-acc] [--seconds S] \
+        "overload [--backend URL] [--limiter all|none,fixedN,flowguard,flowguard-queue,tower-acc] [--seconds S] \
          [--overload X | --rate R] [--deadline-ms MS] [--wait-ms MS] [--seed N] [--json] [--fleet N [--in-process]] \
          [--workers N] [--service-ms S] [--step-at SEC|none] [--step-to MS] [--workers-to M]\n       \
          overload backend {BACKEND_USAGE}"
@@ -70,7 +70,7 @@ struct Cli {
     /// Without it, each limiter gets a fresh backend process with the backend flags given here
     #[arg(long = "backend", value_name = "URL", value_parser = backend_url)]
     backend_url: Option<reqwest::Url>,
-    /// The limiters, in turn: all, or a comma-separated list of none, fixedN, flowguard, tower-acc
+    /// The limiters, in turn: all, or a comma-separated list of none, fixedN, flowguard, flowguard-queue, tower-acc
     #[arg(long, value_name = "all|LIST", default_value = "all", value_parser = Limiters::parse)]
     limiter: Limiters,
     /// Length of the run in seconds
@@ -103,7 +103,7 @@ struct Cli {
     /// Runs N instances (2 to 8), each in a client process of its own with its own limiter and
     /// HTTP client, sharing one backend: staggered starts, the last one joins at a third of the
     /// run, the first leaves at two thirds (`--limiter all` then means fixed1, fixed4, flowguard,
-    /// tower-acc)
+    /// flowguard-queue, tower-acc)
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u8).range(2..=8))]
     fleet: Option<u8>,
     /// With --fleet: runs every instance in this one process instead (still a limiter and an HTTP

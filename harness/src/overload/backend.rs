@@ -1,5 +1,7 @@
 //! The backend: an HTTP server whose `GET /work` requests wait in an unbounded FIFO queue for one of
-//! `workers` workers, each of which serves one request at a time by sleeping the service time.
+//! `workers` workers, each of which serves one request at a time by sleeping the service time. Each
+//! answer reports how long its request waited for a worker, as `Server-Timing: queue;dur=<ms>`;
+//! only the `flowguard-queue` limiter of the client reads it.
 //!
 //! From `step_at` seconds after a run starts, the service time becomes `service_after` and the
 //! worker count `workers_after` (a worker that is busy finishes its request first). Requests are
@@ -18,12 +20,22 @@ use std::time::{Duration, Instant};
 use axum::Router;
 use axum::extract::State;
 use axum::http::{StatusCode, header};
-use axum::response::IntoResponse;
+use axum::http::HeaderName;
+use axum::response::{IntoResponse, Response};
+use flowguard::vegas::QueueTiming;
 use axum::routing::{get, post};
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, oneshot};
 
 use crate::cli;
+
+/// The `Server-Timing` header, in which `GET /work` answers how long the request queued.
+const SERVER_TIMING: HeaderName = HeaderName::from_static("server-timing");
+
+/// The metric of that header: `queue`.
+pub static QUEUE_TIMING: std::sync::LazyLock<QueueTiming> = std::sync::LazyLock::new(|| {
+    QueueTiming::server_timing("queue").expect("`queue` is a token")
+});
 
 /// Workers, service time, and the step.
 #[derive(Debug, Clone, PartialEq)]
@@ -305,10 +317,12 @@ impl BackendStats {
     }
 }
 
-/// A queued request: the run it belongs to, and where its answer goes.
+/// A queued request: the run it belongs to, when it joined the queue, and where its answer goes
+/// (how long it waited for a worker).
 struct Job {
     run: u64,
-    reply: oneshot::Sender<()>,
+    enqueued: Instant,
+    reply: oneshot::Sender<Duration>,
 }
 
 /// The current run: its number and when it started.
@@ -396,33 +410,40 @@ async fn worker(
             shared.done.fetch_add(1, Ordering::Relaxed);
             continue;
         }
+        let queued = job.enqueued.elapsed();
         tokio::time::sleep(shared.config.service_at(run.started.elapsed())).await;
         // Counted before the answer leaves, so that a client that has its answer finds it counted.
         if job.reply.is_closed() {
             shared.abandoned.fetch_add(1, Ordering::Relaxed);
         } else {
             shared.served.fetch_add(1, Ordering::Relaxed);
-            let _ = job.reply.send(());
+            let _ = job.reply.send(queued);
         }
         shared.done.fetch_add(1, Ordering::Relaxed);
     }
 }
 
-/// `GET /work`: queued, served by a worker, answered 200 (503 if the backend is shutting down).
-async fn work(State(shared): State<Arc<Shared>>) -> impl IntoResponse {
+/// `GET /work`: queued, served by a worker, answered 200 with how long it waited for the worker
+/// in `Server-Timing: queue;dur=<ms>` (503 if the backend is shutting down).
+async fn work(State(shared): State<Arc<Shared>>) -> Response {
     let (reply, answer) = oneshot::channel();
     let job = Job {
         run: shared.run().number,
+        enqueued: Instant::now(),
         reply,
     };
     shared.enqueued.fetch_add(1, Ordering::Relaxed);
     if shared.queue.send(job).is_err() {
         shared.done.fetch_add(1, Ordering::Relaxed);
-        return (StatusCode::SERVICE_UNAVAILABLE, "shutting down\n");
+        return (StatusCode::SERVICE_UNAVAILABLE, "shutting down\n").into_response();
     }
     match answer.await {
-        Ok(()) => (StatusCode::OK, "ok\n"),
-        Err(_) => (StatusCode::SERVICE_UNAVAILABLE, "discarded\n"),
+        Ok(queued) => (
+            [(SERVER_TIMING, QUEUE_TIMING.header_value(queued))],
+            "ok\n",
+        )
+            .into_response(),
+        Err(_) => (StatusCode::SERVICE_UNAVAILABLE, "discarded\n").into_response(),
     }
 }
 

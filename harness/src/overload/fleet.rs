@@ -529,7 +529,8 @@ fn report(
 }
 
 /// Prints the fleet's schedule, then the fleet report of each limiter (see
-/// [`fleet_report::print`]) and the limit per instance of flowguard's.
+/// [`fleet_report::print`]) and the limit per instance of flowguard's (with and without the
+/// backend's queue reports).
 pub fn print(fleet: &FleetConfig, mode: &FleetMode, reports: &[FleetReport]) {
     let (from, until) = fleet.all_up();
     let (n, place) = (fleet.instances, mode.place());
@@ -538,8 +539,8 @@ pub fn print(fleet: &FleetConfig, mode: &FleetMode, reports: &[FleetReport]) {
         fleet.stagger, fleet.join_at, fleet.leave_at
     );
     fleet_report::print(reports);
-    let flowguard = LimiterKind::Flowguard.name();
-    for report in reports.iter().filter(|r| r.name == flowguard) {
+    let flowguards = [LimiterKind::Flowguard, LimiterKind::FlowguardQueue].map(|kind| kind.name());
+    for report in reports.iter().filter(|r| flowguards.contains(&r.name)) {
         fleet_report::print_instance_limits(report);
     }
 }

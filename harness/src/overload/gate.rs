@@ -15,6 +15,8 @@ use std::time::Duration;
 use flowguard::Guard;
 use flowguard::vegas::layer::AdaptiveConcurrencyService;
 use flowguard::vegas::{HttpClassifier, Limiter, Shed};
+
+use super::backend::QUEUE_TIMING;
 use tokio::time::Instant;
 use tower::{Layer, Service, ServiceExt};
 
@@ -28,6 +30,9 @@ pub enum LimiterKind {
     /// flowguard's outbound layer, as a `Guard` hands it out: its default Vegas limiter, the
     /// same wait for a permit as the others.
     Flowguard,
+    /// The same, reading the queueing the backend reports in each answer (`Server-Timing:
+    /// queue;dur=<ms>`) with `HttpClassifier::queue_timing`.
+    FlowguardQueue,
     /// tower-acc 0.1's `ConcurrencyLimit` with its default Vegas.
     TowerAcc,
 }
@@ -43,12 +48,13 @@ impl LimiterKind {
     ];
 
     /// The limiters a fleet run compares when `--limiter all`: fixed limits of 1 (they add up to
-    /// the worker count for 4 instances) and 4 per instance, the guard's default outbound layer,
-    /// and tower-acc.
-    pub const FLEET: [LimiterKind; 4] = [
+    /// the worker count for 4 instances) and 4 per instance, the guard's default outbound layer
+    /// without and with the backend's queue reports, and tower-acc.
+    pub const FLEET: [LimiterKind; 5] = [
         LimiterKind::Fixed(1),
         LimiterKind::Fixed(4),
         LimiterKind::Flowguard,
+        LimiterKind::FlowguardQueue,
         LimiterKind::TowerAcc,
     ];
 
@@ -59,6 +65,7 @@ impl LimiterKind {
             Self::None => "none".into(),
             Self::Fixed(n) => format!("fixed{n}"),
             Self::Flowguard => "flowguard".into(),
+            Self::FlowguardQueue => "flowguard-queue".into(),
             Self::TowerAcc => "tower-acc".into(),
         }
     }
@@ -76,11 +83,12 @@ impl LimiterKind {
         match name {
             "none" => Ok(Self::None),
             "flowguard" => Ok(Self::Flowguard),
+            "flowguard-queue" => Ok(Self::FlowguardQueue),
             "tower-acc" => Ok(Self::TowerAcc),
             _ => match name.strip_prefix("fixed").map(str::parse::<usize>) {
                 Some(Ok(n)) if n >= 1 => Ok(Self::Fixed(n)),
                 _ => Err(format!(
-                    "unknown limiter `{name}`: use all, or a comma-separated list of none, fixedN (N >= 1), flowguard, tower-acc"
+                    "unknown limiter `{name}`: use all, or a comma-separated list of none, fixedN (N >= 1), flowguard, flowguard-queue, tower-acc"
                 )),
             },
         }
@@ -236,9 +244,14 @@ impl Gate {
             LimiterKind::Fixed(n) => {
                 Admission::Fixed(tower::limit::ConcurrencyLimit::new(call, n), n)
             }
-            LimiterKind::Flowguard => {
+            LimiterKind::Flowguard | LimiterKind::FlowguardQueue => {
+                let mut classifier = HttpClassifier::new();
+                if kind == LimiterKind::FlowguardQueue {
+                    classifier = classifier.queue_timing(QUEUE_TIMING.clone());
+                }
                 let guard = Guard::builder()
                     .acquire_timeout(wait)
+                    .outbound_classifier(classifier)
                     .build()
                     .await
                     .map_err(|e| e.to_string())?;

@@ -49,7 +49,7 @@ pub struct InstanceArgs {
     /// The instance's index in the fleet (for its messages)
     #[arg(long, value_name = "I")]
     pub index: usize,
-    /// The limiter: none, fixedN, flowguard or tower-acc
+    /// The limiter: none, fixedN, flowguard, flowguard-queue or tower-acc
     #[arg(long, value_name = "KIND", value_parser = LimiterKind::parse)]
     pub limiter: LimiterKind,
     /// Seconds after the start at which the instance starts offering load
