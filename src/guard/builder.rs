@@ -173,7 +173,9 @@ impl GuardBuilder {
     /// How the outcome of an outbound HTTP call feeds the concurrency limit, in the guard's
     /// `outbound_layer` (feature `tower`) and `reqwest_client` (feature `reqwest`): default
     /// [`HttpClassifier::new`], under which a `429` is ignored (a quota, not a concurrency
-    /// signal) and `503`, `504`, timeouts and connection failures are drops.
+    /// signal) and `503`, `504`, timeouts and connection failures are drops. A dependency that
+    /// reports how long each call waited in its queue (a `Server-Timing` metric) is read with
+    /// [`HttpClassifier::queue_timing`]: for the instances of a fleet, the way to even shares.
     ///
     /// ```
     /// use flowguard::vegas::{HttpClassifier, Outcome};

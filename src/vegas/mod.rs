@@ -59,7 +59,7 @@
 //! `algorithms/` holds the limit algorithms (pure, fed samples, no clock) and `limiter/` the
 //! machinery that hands out permits; the limiter imports the algorithms' contract, never the
 //! reverse. Both report [`ConfigError`]. The outbound glue sits beside them: `classify` (outcomes
-//! of finished calls), `admission` (how a middleware takes its permits), `layer/` and `reqwest`.
+//! of finished calls), `queue_timing` (the dependency's report of a call's queueing), `admission` (how a middleware takes its permits), `layer/` and `reqwest`.
 
 #[cfg(any(feature = "tower", feature = "reqwest"))]
 mod admission;

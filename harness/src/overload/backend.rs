@@ -19,11 +19,11 @@ use std::time::{Duration, Instant};
 
 use axum::Router;
 use axum::extract::State;
-use axum::http::{StatusCode, header};
 use axum::http::HeaderName;
+use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use flowguard::vegas::QueueTiming;
 use axum::routing::{get, post};
+use flowguard::vegas::QueueTiming;
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, oneshot};
 
@@ -33,9 +33,8 @@ use crate::cli;
 const SERVER_TIMING: HeaderName = HeaderName::from_static("server-timing");
 
 /// The metric of that header: `queue`.
-pub static QUEUE_TIMING: std::sync::LazyLock<QueueTiming> = std::sync::LazyLock::new(|| {
-    QueueTiming::server_timing("queue").expect("`queue` is a token")
-});
+pub static QUEUE_TIMING: std::sync::LazyLock<QueueTiming> =
+    std::sync::LazyLock::new(|| QueueTiming::server_timing("queue").expect("`queue` is a token"));
 
 /// Workers, service time, and the step.
 #[derive(Debug, Clone, PartialEq)]
@@ -438,11 +437,9 @@ async fn work(State(shared): State<Arc<Shared>>) -> Response {
         return (StatusCode::SERVICE_UNAVAILABLE, "shutting down\n").into_response();
     }
     match answer.await {
-        Ok(queued) => (
-            [(SERVER_TIMING, QUEUE_TIMING.header_value(queued))],
-            "ok\n",
-        )
-            .into_response(),
+        Ok(queued) => {
+            ([(SERVER_TIMING, QUEUE_TIMING.header_value(queued))], "ok\n").into_response()
+        }
         Err(_) => (StatusCode::SERVICE_UNAVAILABLE, "discarded\n").into_response(),
     }
 }

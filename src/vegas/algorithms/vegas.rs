@@ -354,8 +354,8 @@ enum Phase {
 /// the others keep: the instances that take part of it for their baseline hold larger shares.
 /// A dependency that reports how long each call waited in its queue removes the question:
 /// finish the permit with [`Permit::success_queued`](crate::vegas::Permit::success_queued) and
-/// `rtt - queued` is the baseline (the lowest low percentile of the last 4 windows of 16 reported
-/// calls, so it follows a slower dependency within those windows), the same for every instance.
+/// `rtt - queued` is the baseline (the low percentile of the last 8 reported calls, so it
+/// follows a slower dependency after 8 reports), the same for every instance.
 /// In `vegas_sim --fleet --reported-queue`, over 130 seeds, Jain's index for 4 instances in
 /// front of 4 workers goes from 0.835-0.999 (mean 0.982) to 0.989-1.000 (mean 0.998), and for
 /// 8 instances from 0.760-0.99 (mean 0.906) to 0.998-1.000, their limits adding up to 8.2-8.5
@@ -885,9 +885,9 @@ impl LimitAlgorithm for Vegas {
     }
 
     /// Takes `rtt_nanos - queued_nanos` as a sample of the dependency's unloaded RTT: while
-    /// reports come in, the baseline is the lowest low percentile of the last 4 windows of 16
-    /// of them (it follows a slower dependency within those windows), and neither a fleet's
-    /// queue nor a probe moves it. Reports that stop for 64 successful calls are forgotten.
+    /// reports come in, the baseline is the low percentile of each window of 8 of them (it
+    /// follows a slower dependency after 8 reports), and neither a fleet's queue nor a probe
+    /// moves it. Reports that stop for 64 successful calls are forgotten.
     fn update_queued(&mut self, rtt_nanos: u64, in_flight: usize, queued_nanos: u64) -> usize {
         self.baseline
             .report(rtt_nanos.saturating_sub(queued_nanos).max(1));

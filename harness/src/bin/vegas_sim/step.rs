@@ -39,6 +39,9 @@ pub struct StepScenario {
     pub max_wait: Duration,
     pub deadline: Duration,
     pub seed: u64,
+    /// The backend reports how long each call waited in its queue, and the client finishes its
+    /// permits with `Permit::success_queued`.
+    pub reported_queue: bool,
 }
 
 impl StepScenario {
@@ -57,6 +60,7 @@ impl StepScenario {
             max_wait: Duration::from_millis(50),
             deadline: Duration::from_secs(1),
             seed,
+            reported_queue: false,
         }
     }
 
@@ -211,7 +215,8 @@ pub fn simulate_step(
 
     let mut calls: Vec<Call> = Vec::new();
     let mut events: BinaryHeap<Reverse<(u64, Event)>> = BinaryHeap::new();
-    let mut backlog: VecDeque<usize> = VecDeque::new();
+    let mut backlog: VecDeque<(usize, u64)> = VecDeque::new();
+    let mut queued: Vec<u64> = Vec::new();
     let mut waiting: VecDeque<usize> = VecDeque::new();
     let mut busy = 0_usize;
     let mut next_arrival = 0_u64;
@@ -227,16 +232,22 @@ pub fn simulate_step(
         min_after_step: usize::MAX,
     };
 
-    // Starts serving queued calls while workers are free.
+    // Starts serving queued calls (sent at the time given) while workers are free, noting how
+    // long each waited in `queued`.
     let serve = |now: u64,
                  busy: &mut usize,
-                 backlog: &mut VecDeque<usize>,
+                 backlog: &mut VecDeque<(usize, u64)>,
+                 queued: &mut Vec<u64>,
                  events: &mut BinaryHeap<Reverse<(u64, Event)>>,
                  rng: &mut SmallRng| {
         while *busy < scenario.workers_at(now) {
-            let Some(id) = backlog.pop_front() else {
+            let Some((id, sent)) = backlog.pop_front() else {
                 break;
             };
+            if queued.len() <= id {
+                queued.resize(id + 1, 0);
+            }
+            queued[id] = now - sent;
             let spread = 1.0 + scenario.jitter * (2.0 * rng.random::<f64>() - 1.0);
             let service = (scenario.mean_service_nanos(now) * spread) as u64;
             *busy += 1;
@@ -267,7 +278,11 @@ pub fn simulate_step(
                     if !call.finished {
                         call.finished = true;
                         if let Some(permit) = call.permit.take() {
-                            permit.success();
+                            if scenario.reported_queue {
+                                permit.success_queued(Duration::from_nanos(queued[id]));
+                            } else {
+                                permit.success();
+                            }
                         }
                         goodput_per_s[(now / 1_000_000_000) as usize] += 1;
                         latencies.push((now - call.arrival) as f64 / 1e6);
@@ -308,9 +323,16 @@ pub fn simulate_step(
             waiting.pop_front();
             calls[id].permit = Some(permit);
             events.push(Reverse((calls[id].arrival + deadline, Event::Deadline(id))));
-            backlog.push_back(id);
+            backlog.push_back((id, now));
         }
-        serve(now, &mut busy, &mut backlog, &mut events, &mut rng);
+        serve(
+            now,
+            &mut busy,
+            &mut backlog,
+            &mut queued,
+            &mut events,
+            &mut rng,
+        );
     }
 
     latencies.sort_by(f64::total_cmp);
@@ -340,7 +362,7 @@ pub fn simulate_step(
 /// limit per 100 ms from 0.5 s before the step to 1.5 s after it.
 pub fn print(scenario: &StepScenario, reports: &[StepReport]) {
     println!(
-        "\n{}: {} workers at {:?} -> {} workers at {:?} at {:?}; offered {}x, wait <= {:?}, deadline {:?}, seed {}",
+        "\n{}: {} workers at {:?} -> {} workers at {:?} at {:?}; offered {}x, wait <= {:?}, deadline {:?}, seed {}{}",
         scenario.name,
         scenario.workers,
         scenario.service,
@@ -350,7 +372,12 @@ pub fn print(scenario: &StepScenario, reports: &[StepReport]) {
         scenario.offered_load,
         scenario.max_wait,
         scenario.deadline,
-        scenario.seed
+        scenario.seed,
+        if scenario.reported_queue {
+            "; the backend reports each call's queueing"
+        } else {
+            ""
+        }
     );
     println!(
         "{:<10} {:>9} {:>10} {:>7} {:>7} {:>8} {:>7} {:>14} {:>14} {:>9}",
@@ -427,5 +454,9 @@ pub fn json(scenario: &StepScenario, reports: &[StepReport]) -> serde_json::Valu
             })
         })
         .collect();
-    serde_json::json!({ "scenario": scenario.name, "limiters": limiters })
+    serde_json::json!({
+        "scenario": scenario.name,
+        "reported_queue": scenario.reported_queue,
+        "limiters": limiters,
+    })
 }
