@@ -198,6 +198,11 @@ impl Baseline {
             .map(|own| self.reported.estimate().unwrap_or(own))
     }
 
+    /// Whether the estimate is the dependency's own reports.
+    pub(crate) fn is_reported(&self) -> bool {
+        self.reported.estimate().is_some()
+    }
+
     /// A successful call's RTT minus the time the dependency reports it queued.
     pub(crate) fn report(&mut self, unloaded: u64) {
         self.reported.report(unloaded);

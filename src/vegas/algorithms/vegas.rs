@@ -8,6 +8,10 @@ use super::raise_spacing::RaiseSpacing;
 use crate::vegas::error::{ConfigError, check_range};
 
 /// The settings of a [`Vegas`] algorithm; see [`VegasBuilder`] for what each one does.
+/// The least queue, in calls, Vegas tolerates per instance (and twice that before it cuts) while
+/// the dependency reports how long calls queued: see `Vegas::thresholds`.
+const REPORTED_MIN_ALPHA: f64 = 0.25;
+
 #[derive(Debug, Clone, PartialEq)]
 struct Settings {
     bounds: LimitBounds,
@@ -491,8 +495,22 @@ impl Vegas {
         let cap = self.estimate * self.config.max_queue_share;
         // For small limits, a share of the RTT, the same for every instance sharing a dependency.
         let alpha = (self.config.alpha * scale).min(cap / 2.0);
-        let beta = self.config.beta * scale;
-        (alpha, beta.min(cap))
+        let beta = (self.config.beta * scale).min(cap);
+        if self.baseline.is_reported() {
+            // With the dependency's reports, every instance knows the unloaded RTT, so its
+            // estimate of the calls it keeps queued is exact, and keeping at least a quarter of a
+            // call queued each converges to equal shares, as Vegas flows with exact base RTTs
+            // do: of two instances that read the same queue share, the smaller estimates fewer
+            // calls of its own queued and grows where the larger stays. Without the floor, the
+            // share alone is the same for both, and two instances kept the split they reached
+            // when the second one joined. Without reports, a baseline error would turn the floor
+            // into an advantage for the instance that made it.
+            return (
+                alpha.max(REPORTED_MIN_ALPHA),
+                beta.max(2.0 * REPORTED_MIN_ALPHA),
+            );
+        }
+        (alpha, beta)
     }
 
     fn set_estimate(&mut self, value: f64) {

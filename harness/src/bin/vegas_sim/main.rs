@@ -797,16 +797,21 @@ mod tests {
     /// unloaded RTT, whatever queue the others keep (`Permit::success_queued`): 4 and 8
     /// instances in front of 4 workers share evenly (Jain's index at least 0.98 for every one of
     /// 16 seeds, against 0.93 and 0.75 without the reports), and 8 instances hold about one
-    /// permit each (their limits add up to at most 9, against 16).
+    /// permit each (their limits add up to at most 9, against 16). Two instances, which read
+    /// the same queue share and would keep the split they reached when the second one joined,
+    /// converge because each keeps at least a quarter of a call queued (at least 0.95, against
+    /// 0.905 without that floor).
     #[test]
     fn vegas_shares_evenly_when_the_dependency_reports_its_queue() {
         for seed in 1..=16 {
-            for (instances, max_limit_sum) in [(4, 7.0), (8, 9.0)] {
+            for (instances, min_jain, max_limit_sum) in
+                [(2, 0.95, 6.5), (4, 0.98, 7.0), (8, 0.98, 9.0)]
+            {
                 let scenario = fleet::FleetScenario {
                     reported_queue: true,
                     ..fleet::FleetScenario::standard(instances, seed)
                 };
-                assert_vegas_fleet_in(scenario, 0.98, max_limit_sum);
+                assert_vegas_fleet_in(scenario, min_jain, max_limit_sum);
             }
         }
     }
