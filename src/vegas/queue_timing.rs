@@ -25,6 +25,9 @@ const SERVER_TIMING: HeaderName = HeaderName::from_static("server-timing");
 /// "When the dependency reports its queue").
 ///
 /// The dependency's side is [`header_value`](Self::header_value): the header to answer with.
+/// The report must cover the whole wait, from the moment the request joined the queue to the
+/// moment a worker took it: a dependency that reports less hides that much of its queue from
+/// Vegas. A report as long as the round trip or longer cannot be true and counts as none.
 ///
 /// ```
 /// use std::time::Duration;

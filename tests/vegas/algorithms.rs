@@ -354,6 +354,25 @@ fn a_dependency_that_reports_its_queue_gives_the_baseline() {
     assert_eq!(reported.rtt_base(), Some(Duration::from_millis(20)));
 }
 
+/// A report of a wait at least as long as the RTT cannot be true (a report in seconds read as
+/// milliseconds, say): Vegas takes those calls as unreported successes instead of a baseline of
+/// nothing that would read every RTT as a queue and cut the limit to 1.
+#[test]
+fn a_report_longer_than_the_rtt_is_no_report() {
+    const MS: u64 = 1_000_000;
+    let mut impossible = Vegas::new();
+    let mut unreported = Vegas::new();
+    for _ in 0..200 {
+        let in_flight = impossible.limit();
+        impossible.update_queued(20 * MS, in_flight, 20_000 * MS);
+        let in_flight = unreported.limit();
+        unreported.update_nanos(20 * MS, in_flight, Outcome::Success);
+    }
+    assert_eq!(impossible.rtt_base(), Some(Duration::from_millis(20)));
+    assert_eq!(impossible.limit(), unreported.limit());
+    assert!(impossible.limit() > 1, "no queue seen: grows");
+}
+
 /// Algorithms that do not use the dependency's reports take a reported call as a success.
 #[test]
 fn other_algorithms_take_a_reported_call_as_a_success() {

@@ -909,10 +909,15 @@ impl LimitAlgorithm for Vegas {
     /// Takes `rtt_nanos - queued_nanos` as a sample of the dependency's unloaded RTT: while
     /// reports come in, the baseline is the low percentile of each window of 8 of them (it
     /// follows a slower dependency after 8 reports), and neither a fleet's queue nor a probe
-    /// moves it. Reports that stop for 64 successful calls are forgotten.
+    /// moves it. Reports that stop for 64 successful calls are forgotten. A report of a wait as
+    /// long as the whole RTT or longer cannot be true (the wait is part of the RTT: a report in
+    /// the wrong unit, say) and counts as no report: taken as it is, it would put the baseline
+    /// at nothing and every call's RTT in the queue, and cut the limit to its floor.
     fn update_queued(&mut self, rtt_nanos: u64, in_flight: usize, queued_nanos: u64) -> usize {
-        self.baseline
-            .report(rtt_nanos.saturating_sub(queued_nanos).max(1));
+        if queued_nanos >= rtt_nanos {
+            return self.update_nanos(rtt_nanos, in_flight, Outcome::Success);
+        }
+        self.baseline.report(rtt_nanos - queued_nanos);
         self.feed(rtt_nanos, in_flight, Outcome::Success)
     }
 }
