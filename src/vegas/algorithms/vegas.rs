@@ -7,11 +7,11 @@ use super::percentile::low_percentile;
 use super::raise_spacing::RaiseSpacing;
 use crate::vegas::error::{ConfigError, check_range};
 
-/// The settings of a [`Vegas`] algorithm; see [`VegasBuilder`] for what each one does.
 /// The least queue, in calls, Vegas tolerates per instance (and twice that before it cuts) while
 /// the dependency reports how long calls queued: see `Vegas::thresholds`.
 const REPORTED_MIN_ALPHA: f64 = 0.25;
 
+/// The settings of a [`Vegas`] algorithm; see [`VegasBuilder`] for what each one does.
 #[derive(Debug, Clone, PartialEq)]
 struct Settings {
     bounds: LimitBounds,

@@ -154,6 +154,10 @@ enum Event {
 /// A call from arrival to completion or timeout.
 struct Call {
     arrival: u64,
+    /// When its permit was granted and it joined the backend's queue.
+    sent: u64,
+    /// How long it waited in the backend's queue for a worker (set when a worker takes it).
+    queued: u64,
     permit: Option<OwnedPermit>,
     finished: bool,
 }
@@ -215,8 +219,7 @@ pub fn simulate_step(
 
     let mut calls: Vec<Call> = Vec::new();
     let mut events: BinaryHeap<Reverse<(u64, Event)>> = BinaryHeap::new();
-    let mut backlog: VecDeque<(usize, u64)> = VecDeque::new();
-    let mut queued: Vec<u64> = Vec::new();
+    let mut backlog: VecDeque<usize> = VecDeque::new();
     let mut waiting: VecDeque<usize> = VecDeque::new();
     let mut busy = 0_usize;
     let mut next_arrival = 0_u64;
@@ -232,22 +235,18 @@ pub fn simulate_step(
         min_after_step: usize::MAX,
     };
 
-    // Starts serving queued calls (sent at the time given) while workers are free, noting how
-    // long each waited in `queued`.
+    // Starts serving queued calls while workers are free, noting how long each waited.
     let serve = |now: u64,
                  busy: &mut usize,
-                 backlog: &mut VecDeque<(usize, u64)>,
-                 queued: &mut Vec<u64>,
+                 backlog: &mut VecDeque<usize>,
+                 calls: &mut [Call],
                  events: &mut BinaryHeap<Reverse<(u64, Event)>>,
                  rng: &mut SmallRng| {
         while *busy < scenario.workers_at(now) {
-            let Some((id, sent)) = backlog.pop_front() else {
+            let Some(id) = backlog.pop_front() else {
                 break;
             };
-            if queued.len() <= id {
-                queued.resize(id + 1, 0);
-            }
-            queued[id] = now - sent;
+            calls[id].queued = now - calls[id].sent;
             let spread = 1.0 + scenario.jitter * (2.0 * rng.random::<f64>() - 1.0);
             let service = (scenario.mean_service_nanos(now) * spread) as u64;
             *busy += 1;
@@ -279,7 +278,7 @@ pub fn simulate_step(
                         call.finished = true;
                         if let Some(permit) = call.permit.take() {
                             if scenario.reported_queue {
-                                permit.success_queued(Duration::from_nanos(queued[id]));
+                                permit.success_queued(Duration::from_nanos(call.queued));
                             } else {
                                 permit.success();
                             }
@@ -304,6 +303,8 @@ pub fn simulate_step(
             next_arrival = now + gap.max(1.0) as u64;
             calls.push(Call {
                 arrival: now,
+                sent: 0,
+                queued: 0,
                 permit: None,
                 finished: false,
             });
@@ -322,14 +323,15 @@ pub fn simulate_step(
             };
             waiting.pop_front();
             calls[id].permit = Some(permit);
+            calls[id].sent = now;
             events.push(Reverse((calls[id].arrival + deadline, Event::Deadline(id))));
-            backlog.push_back((id, now));
+            backlog.push_back(id);
         }
         serve(
             now,
             &mut busy,
             &mut backlog,
-            &mut queued,
+            &mut calls,
             &mut events,
             &mut rng,
         );
