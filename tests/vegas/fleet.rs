@@ -268,3 +268,37 @@ fn alone_the_limit_grows_only_while_half_of_it_is_used() {
         vegas.limit()
     );
 }
+
+/// A newcomer in front of 4 workers of 10 ms, while the other instances keep `others` calls in
+/// flight: every call waits behind all of them, so the RTT is `10 ms * (others + limit) / 4`.
+fn newcomer_rtt_micros(others: usize, limit: usize) -> u64 {
+    (10_000 * (others + limit) / WORKERS).max(10_000) as u64
+}
+
+#[test]
+fn a_newcomer_does_not_take_the_fleets_queue_for_its_baseline() {
+    // Three instances keep 5 calls in flight, so a newcomer's first calls, one at a time, take
+    // 15 ms: its first baseline already holds a call's worth of their queue. Slow start then
+    // overshoots and cuts; the RTT after the cut falls by less than the newcomer's own share of
+    // the queue (the rest is the others'), which reads as a slower dependency. Raised at once,
+    // the baseline would take that queue in and the cut would be undone.
+    let mut vegas = Vegas::new();
+    let mut limits = Vec::new();
+    for _ in 0..400 {
+        let limit = vegas.limit();
+        let rtt = newcomer_rtt_micros(5, limit);
+        limits.push(vegas.update(&sample(rtt, limit, Outcome::Success)));
+    }
+    let base = vegas.rtt_base().expect("learned");
+    assert!(
+        base <= Duration::from_millis(15),
+        "the baseline rose to {base:?}: limits {:?}",
+        &limits[limits.len() - 20..]
+    );
+    let settled = &limits[200..];
+    assert!(
+        settled.iter().all(|&limit| limit <= 3),
+        "limits {:?}",
+        settled.iter().min()..=settled.iter().max()
+    );
+}

@@ -290,7 +290,9 @@ enum Phase {
 ///   `beta` for `stale_rounds` rounds, or the dependency sped up, a probe lowers the limit to
 ///   `probe_ratio * limit`, skips one round, and takes the low percentile of samples granted
 ///   with at most that many calls in flight. It lowers the baseline; it raises it only if the RTT
-///   did not fall with the concurrency (a stale baseline, whose cuts are then undone). A periodic
+///   did not fall with the concurrency (a stale baseline, whose cuts are then undone), and then
+///   by at most the band (`max_queue_share`): the window after a cut, or the trial at the
+///   floor, re-learns a slower dependency whole. A periodic
 ///   probe goes only as low as the concurrency at which the last window would not have queued,
 ///   and may only lower the baseline.
 /// - **At the floor, one call more.** A limit at the bounds' minimum cannot be cut, and no probe
@@ -349,10 +351,18 @@ enum Phase {
 ///   took the queue for their baseline hold the others down at a permit each. So a raise comes
 ///   at least 50 rounds after the previous one, and a raise that follows the previous one within
 ///   four such gaps doubles the gap (up to 200 rounds); the small raises for an RTT that grows
-///   with the load are spaced apart the same way, on their own. Alone, a dependency that got
-///   slower needs one raise, not a series.
-/// - **A newcomer starts small.** The limit starts at 1 and slow start takes it up, rather than
-///   adding a burst of calls at once to a queue the others share.
+///   with the load are spaced apart the same way, on their own. A probe raises the baseline by
+///   at most the band: halving one instance's concurrency in front of a queue the others keep
+///   shortens it by that instance's share only, and an uncapped raise took the whole queue in.
+///   Alone, a dependency that got slower needs one raise, not a series.
+/// - **A newcomer starts small, and does not take the fleet's queue for its baseline at once.**
+///   The limit starts at 1 and slow start takes it up, rather than adding a burst of calls at
+///   once to a queue the others share. Its first baseline, learned while their queue stands,
+///   may already hold part of it; its first cut then shortens the RTT by less than its own
+///   share of the queue (the rest is the others'), which reads as a slower dependency. So the
+///   start counts as a raise: the first raise to a stale baseline's RTT waits a gap too. Raised
+///   at once, the newcomer took the fleet's queue in, undid its cut and held 5-6 permits beside
+///   three instances at 1, the least fair runs of 4 instances.
 ///
 /// What none of this can do is tell an instance how much of the RTT it measures is the queue
 /// the others keep: the instances that take part of it for their baseline hold larger shares.
@@ -465,7 +475,7 @@ impl Vegas {
             trial_after: config.stale_rounds,
             limit_before_congestion: start as f64,
             samples: 0,
-            stale_raises: RaiseSpacing::default(),
+            stale_raises: RaiseSpacing::from_start(),
             flat_raises: RaiseSpacing::default(),
             cut_reference: None,
             slow_start: true,
@@ -696,11 +706,19 @@ impl Vegas {
             }
             // A probe lowers the baseline; it raises it only when the RTT did not fall with the
             // concurrency (a stale baseline). Otherwise a probe run alone in a fleet, whose RTT
-            // still holds the others' queue, would take that queue for the baseline.
-            match learned {
-                Some(rtt) if stale && insensitive => self.baseline.relearn(rtt),
-                Some(rtt) => self.baseline.lower_to(rtt),
-                None => {}
+            // still holds the others' queue, would take that queue for the baseline. Even then
+            // by at most the band: one instance that halves its concurrency in front of a queue
+            // the others keep shortens it by its own share only, which can leave the RTT within
+            // 5 % of where it was, and an uncapped raise took the whole queue in (9.5 ms raised
+            // to 14-19 ms in `vegas_sim --fleet`). A dependency that really got slower is
+            // re-learned whole by the window after a cut, or by the trial at the floor.
+            match (learned, self.baseline.estimate()) {
+                (Some(rtt), Some(base)) if stale && insensitive => {
+                    let cap = base as f64 * (1.0 + self.config.max_queue_share);
+                    self.baseline.relearn(rtt.min(cap as u64));
+                }
+                (Some(rtt), _) => self.baseline.lower_to(rtt),
+                (None, _) => {}
             }
             self.end_probe(restore, None);
         } else if give_up {

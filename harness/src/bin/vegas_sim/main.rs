@@ -746,12 +746,14 @@ mod tests {
 
     /// The fleet targets, in simulation, for Vegas with its defaults: 4 instances at 3x
     /// overload, staggered, a late joiner and one leaving, over 16 seeds: Jain's index at least
-    /// 0.93 for every seed and 0.98 for the median one.
+    /// 0.95 for every seed (the target; before a newcomer's first raise of its baseline
+    /// waited a gap and a probe's raise was capped at the band, seeds 5 and 12 gave 0.938 and
+    /// 0.934) and 0.98 for the median one.
     #[test]
     fn vegas_shares_fairly_in_a_fleet_with_a_short_queue() {
         let mut jains = Vec::new();
         for seed in 1..=16 {
-            let reports = assert_vegas_fleet(4, seed, 0.93, 10.0);
+            let reports = assert_vegas_fleet(4, seed, 0.95, 10.0);
             let by_name = |name: &str| reports.iter().find(|r| r.name == name).unwrap();
             let vegas = by_name("vegas");
             let best_fixed = by_name("fixed 1")
@@ -781,13 +783,14 @@ mod tests {
     /// see the unloaded RTT. The instances must not take that queue for their baselines in
     /// turn (each re-learn letting one grow and lengthen the queue the next one takes): the
     /// limits stay near one each. The shares are less even than with four instances (the
-    /// limits are whole permits): over 16 seeds, Jain's index is at least 0.75 for every seed
-    /// and 0.9 for the median one.
+    /// limits are whole permits): over 16 seeds, Jain's index is at least 0.8 for every seed
+    /// (0.767 for seed 1 before the newcomer's first raise waited a gap) and 0.9 for the median
+    /// one.
     #[test]
     fn vegas_does_not_ratchet_its_baseline_up_when_instances_outnumber_workers() {
         let mut jains = Vec::new();
         for seed in 1..=16 {
-            let reports = assert_vegas_fleet(8, seed, 0.75, 16.0);
+            let reports = assert_vegas_fleet(8, seed, 0.8, 16.0);
             jains.extend(reports.iter().find(|r| r.name == "vegas").unwrap().jain);
         }
         assert!(median(&mut jains) >= 0.9, "{jains:?}");
@@ -796,7 +799,7 @@ mod tests {
     /// A backend that reports how long each call waited in its queue gives every instance its
     /// unloaded RTT, whatever queue the others keep (`Permit::success_queued`): 4 and 8
     /// instances in front of 4 workers share evenly (Jain's index at least 0.98 for every one of
-    /// 16 seeds, against 0.93 and 0.75 without the reports), and 8 instances hold about one
+    /// 16 seeds, against 0.95 and 0.8 without the reports), and 8 instances hold about one
     /// permit each (their limits add up to at most 9, against 16). Two instances, which read
     /// the same queue share and would keep the split they reached when the second one joined,
     /// converge because each keeps at least a quarter of a call queued (at least 0.95, against
