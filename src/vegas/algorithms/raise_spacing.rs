@@ -114,7 +114,6 @@ mod tests {
     }
 
     #[test]
-    #[test]
     fn by_default_the_first_raise_is_allowed_at_once() {
         let mut spacing = RaiseSpacing::default();
         assert!(spacing.allow(10, 4));
