@@ -19,8 +19,9 @@ const RESET: u64 = 4;
 /// When the baseline may next be raised, counted in samples fed to the algorithm.
 ///
 /// With [`RaiseSpacing::from_start`], the start counts as a raise: a baseline just learned is
-/// not stale, so the first raise to a stale baseline's RTT also waits a gap. An instance that joins a fleet learns its first baseline in the queue the others
-/// keep, overshoots it in slow start and cuts; the RTT then falls by less than its own share of
+/// not stale, so the first raise to a stale baseline's RTT also waits a gap. An instance that
+/// joins a fleet learns its first baseline in the queue the others keep, overshoots it in slow
+/// start and cuts; the RTT then falls by less than its own share of
 /// the queue (the rest is the others'), which reads as a stale baseline, and an immediate raise
 /// took the fleet's queue into the newcomer's baseline and gave it back the limit it had cut
 /// (in `vegas_sim --fleet`, 12 ms raised to 19 ms against a true 9 ms, the newcomer then holding

@@ -601,6 +601,12 @@ impl Vegas {
         self.set_estimate(restore);
     }
 
+    /// The most a single raise may take the baseline `base` to: `base` plus the band
+    /// (`max_queue_share`), for the raises that one instance cannot tell from a fleet's queue.
+    fn band_above(&self, base: u64) -> u64 {
+        (base as f64 * (1.0 + self.config.max_queue_share)) as u64
+    }
+
     /// Whether the baseline may be raised to a stale baseline's RTT now (see `RaiseSpacing`).
     fn may_raise(&mut self) -> bool {
         self.stale_raises.allow(self.samples, self.current)
@@ -714,8 +720,7 @@ impl Vegas {
             // re-learned whole by the window after a cut, or by the trial at the floor.
             match (learned, self.baseline.estimate()) {
                 (Some(rtt), Some(base)) if stale && insensitive => {
-                    let cap = base as f64 * (1.0 + self.config.max_queue_share);
-                    self.baseline.relearn(rtt.min(cap as u64));
+                    self.baseline.relearn(rtt.min(self.band_above(base)));
                 }
                 (Some(rtt), _) => self.baseline.lower_to(rtt),
                 (None, _) => {}
@@ -777,8 +782,7 @@ impl Vegas {
                 && reference.is_flat(base, window)
                 && self.flat_raises.allow(self.samples, self.current)
             {
-                let cap = (base as f64 * (1.0 + self.config.max_queue_share)) as u64;
-                self.raise_baseline_and_undo_cuts(window.low.min(cap));
+                self.raise_baseline_and_undo_cuts(window.low.min(self.band_above(base)));
                 return;
             }
         }
