@@ -204,3 +204,35 @@ fn a_queue_built_by_a_burst_is_not_taken_for_a_slower_dependency() {
     );
     assert_keeps_four_slots_busy(&limits[1_000..], "after the burst");
 }
+
+#[test]
+fn a_limit_held_at_its_floor_by_a_baseline_a_little_too_low_grows_once_the_dependency_is_idle() {
+    // A lucky first window sets the baseline at 10.43 ms; drops (another caller's overload) then
+    // take the limit to its floor. Once the dependency is idle, the RTT at one call is 11.2 ms:
+    // 7 % above the baseline, inside the band, so the window neither grows nor cuts the limit.
+    // On real sockets an instance held 1 permit for 7 s that way, three of four workers idle.
+    let mut vegas = Vegas::new();
+    for _ in 0..16 {
+        vegas.update(&sample(10_430, 1, Outcome::Success));
+    }
+    assert!(vegas.limit() > 1, "slow start: {}", vegas.limit());
+    for _ in 0..1_000 {
+        if vegas.limit() == 1 {
+            break;
+        }
+        let limit = vegas.limit();
+        vegas.update(&sample(10_430, limit, Outcome::Dropped));
+    }
+    assert_eq!(vegas.limit(), 1);
+    let limits: Vec<usize> = (0..2_000)
+        .map(|_| {
+            let limit = vegas.limit();
+            vegas.update(&sample(11_200, limit, Outcome::Success))
+        })
+        .collect();
+    assert!(
+        limits[1_000..].iter().all(|&limit| limit >= 4),
+        "limits {:?}",
+        &limits[limits.len() - 20..]
+    );
+}
