@@ -269,11 +269,12 @@ fn alone_the_limit_grows_only_while_half_of_it_is_used() {
     );
 }
 
-/// A newcomer in front of 4 workers of 10 ms, while the other instances keep `others` calls in
-/// flight: every call waits behind all of them, so the RTT is `10 ms * (others + limit) / 4`.
-fn newcomer_rtt_micros(others: usize, limit: usize) -> u64 {
-    (10_000 * (others + limit) / WORKERS).max(10_000) as u64
-}
+/// The 4 workers of 10 ms the fleet shares: a newcomer's call waits behind the calls the other
+/// instances keep in flight as well as its own.
+const SHARED: Dependency = Dependency {
+    slots: WORKERS,
+    service_micros: 10_000,
+};
 
 #[test]
 fn a_newcomer_does_not_take_the_fleets_queue_for_its_baseline() {
@@ -286,7 +287,7 @@ fn a_newcomer_does_not_take_the_fleets_queue_for_its_baseline() {
     let mut limits = Vec::new();
     for _ in 0..400 {
         let limit = vegas.limit();
-        let rtt = newcomer_rtt_micros(5, limit);
+        let rtt = SHARED.rtt_micros(5 + limit);
         limits.push(vegas.update(&sample(rtt, limit, Outcome::Success)));
     }
     let base = vegas.rtt_base().expect("learned");

@@ -548,15 +548,20 @@ impl Vegas {
             .clamp(self.estimate * self.config.probe_ratio);
         if probe_limit < self.current {
             self.enter_probe(probe_limit, stale, false);
-        } else if stale
-            && self.current < self.config.bounds.max()
-            && self.congested_rounds >= self.trial_after
-        {
-            // At the floor no probe goes lower. One call more tells a stale baseline (the RTT
-            // does not rise: the dependency has a free worker, it only got slower) from a
-            // queue this instance cannot shorten (the RTT rises by one call's share of it).
-            self.enter_probe(self.current + 1, true, true);
+        } else if stale && self.congested_rounds >= self.trial_after {
+            self.start_trial();
         }
+    }
+
+    /// At the floor no probe goes lower. One call more tells a stale baseline (the RTT does not
+    /// rise: the dependency has a free worker, it only got slower) from a queue this instance
+    /// cannot shorten (the RTT rises by one call's share of it). Answers whether it started.
+    fn start_trial(&mut self) -> bool {
+        if self.current >= self.config.bounds.max() {
+            return false;
+        }
+        self.enter_probe(self.current + 1, true, true);
+        true
     }
 
     /// A periodic probe: down to the concurrency at which the last window would not have queued
@@ -848,13 +853,14 @@ impl Vegas {
         self.set_estimate(limit + change);
         // Held at the floor, inside the band: one call more tells a baseline a little too low
         // (the RTT does not rise: re-learned, and the limit grows) from a queue of others.
+        // (`start_trial` comes last: it starts the trial when the rest holds.)
         if self.held_rounds >= self.trial_after.max(HOLD_TRIAL_ROUNDS)
-            && self.current < self.config.bounds.max()
             && self.cut_reference.is_none()
+            && self.start_trial()
         {
-            self.held_rounds = 0.0;
+            // No congestion to undo: a trial that finds a free worker restores the estimate.
             self.limit_before_congestion = self.estimate;
-            self.enter_probe(self.current + 1, true, true);
+            self.held_rounds = 0.0;
             return;
         }
         // A pending cut check is the better probe: it judges the stale-baseline question at the
