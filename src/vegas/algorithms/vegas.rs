@@ -7,9 +7,13 @@ use super::percentile::low_percentile;
 use super::raise_spacing::RaiseSpacing;
 use crate::vegas::error::{ConfigError, check_range};
 
-/// The least queue, in calls, Vegas tolerates per instance (and twice that before it cuts) while
-/// the dependency reports how long calls queued: see `Vegas::thresholds`.
-const REPORTED_MIN_ALPHA: f64 = 0.25;
+/// The least queue, in calls, Vegas tolerates per instance (and twice that before it cuts): see
+/// `Vegas::thresholds`.
+const MIN_ALPHA: f64 = 0.25;
+
+/// Below this limit (and at any limit while the dependency reports its queue), the band counts
+/// at least [`MIN_ALPHA`] calls of the instance's own: see `Vegas::thresholds`.
+const CALLS_BELOW: f64 = 4.0;
 
 /// The settings of a [`Vegas`] algorithm; see [`VegasBuilder`] for what each one does.
 #[derive(Debug, Clone, PartialEq)]
@@ -164,7 +168,10 @@ impl VegasBuilder {
     /// share of the RTT: grow while under 5 % of the RTT is queueing, cut above 10 %. Every
     /// instance sharing a dependency reads the same share from the same RTTs, so the fleet's
     /// queue is a share of the RTT, not a number of calls per instance (while the instances are
-    /// no more than the dependency's workers: each keeps at least one permit).
+    /// no more than the dependency's workers: each keeps at least one permit). Below a limit of
+    /// 4, the band is never less than a quarter of a call of the instance's own (half a call to
+    /// cut), unless `alpha` and `beta` are themselves lower: there it lets the smaller of two
+    /// instances that read the same share grow (see [`Vegas`]).
     pub fn max_queue_share(mut self, share: f64) -> Self {
         self.settings.max_queue_share = share;
         self
@@ -301,11 +308,12 @@ enum Phase {
 ///   the dependency only got slower: its RTT is re-learned and the limit grows again. If it
 ///   rises, the queue is real (another caller's, which this one cannot shorten), the baseline
 ///   stays and the next trial waits twice as long. Without it, a limit that sat at 1 when the
-///   dependency slowed stayed at 1 for good. The same trial runs when the limit has held at the
-///   floor for `HOLD_TRIAL_ROUNDS` rounds with its RTT inside the band: a baseline a little too
-///   low (a lucky window) reads an idle dependency as a few percent queued, which neither grows
-///   nor cuts the limit, and on real sockets one instance held 1 permit for 7 s that way, three
-///   of four workers idle, after the other instance had left.
+///   dependency slowed stayed at 1 for good. The same trial runs when a small limit (at the
+///   floor, or below 4, where the band is at least a quarter of a call) has held its permits for
+///   `HOLD_TRIAL_ROUNDS` rounds without a cut: a baseline a little too low (a lucky
+///   window) reads an idle dependency as a few percent queued, which neither grows nor cuts the
+///   limit, and on real sockets one instance held 1 permit for 7 s that way, three of four
+///   workers idle, after the other instance had left.
 /// - **Multiplicative cuts on drops**, at most once per round of calls, so a real overload halves
 ///   the load at once while a burst of fast failures costs one cut, not a collapse.
 /// - **Growth only when used**: only windows whose calls were granted with, on average,
@@ -331,6 +339,20 @@ enum Phase {
 ///   it allows is a share of the RTT, not N times a per-instance count. There is no band floor
 ///   of one call: a limit is a fraction (permits are its floor), so four instances can settle
 ///   near one permit each in front of four workers.
+/// - **But at least a quarter of a call of one's own, at small limits.** The share alone is
+///   the same for every instance whatever its limit, so it cannot say who should give way: two
+///   instances in front of 4 workers, one at 1 permit and one at 3-5, both read the queue inside
+///   the band and kept that split. On real sockets the low percentile of a window grows by only
+///   about 2 % with one call queued behind 4 busy workers and 8 % with two, and Jain's index for
+///   2 instances was 0.725-0.997 in eleven runs. Below a limit of 4 the band therefore counts at
+///   least a quarter of a call of the instance's own (half a call to cut), as textbook Vegas
+///   counts calls: the same share is fewer calls of its own for the smaller instance, which
+///   grows where the larger one holds, and the shares converge. It costs at most a quarter of a
+///   call queued per instance. From 4 up, the share alone: alone in front of a dependency, such
+///   a limit is about the dependency's own concurrency, which the floor would only raise by a
+///   call at times. The floor also favours an instance whose baseline holds part of the queue:
+///   where the instances outnumber the dependency's workers, a late joiner can take 4 permits
+///   beside others at 1 (see below).
 /// - **Additive increase, multiplicative decrease** on that signal, which converges to equal
 ///   shares (Chiu and Jain, 1989): growth is `smoothing * growth_ratio * max(1, sqrt(limit))` per
 ///   round (additive at small limits, sub-linear at large ones, never a share of the limit), and
@@ -373,15 +395,13 @@ enum Phase {
 /// A dependency that reports how long each call waited in its queue removes the question:
 /// finish the permit with [`Permit::success_queued`](crate::vegas::Permit::success_queued) and
 /// `rtt - queued` is the baseline (the low percentile of the last 8 reported calls, so it
-/// follows a slower dependency after 8 reports), the same for every instance. Each instance
-/// then also keeps at least a quarter of a call of its own queued (half a call before it cuts):
-/// with exact baselines, the smaller of two instances that read the same queue share grows
-/// where the larger does not, so their shares converge, as Vegas flows with exact base RTTs do.
+/// follows a slower dependency after 8 reports), the same for every instance, and the quarter
+/// of a call each keeps queued is then counted exactly, as Vegas flows with exact base RTTs
+/// count theirs.
 /// In `vegas_sim --fleet --reported-queue`, over 130 seeds, Jain's index for 4 instances in
 /// front of 4 workers goes from 0.835-0.999 (mean 0.982) to 0.987-1.000 (mean 0.996), for 8
 /// instances from 0.760-0.99 (mean 0.906) to 0.998-1.000, their limits adding up to 8.2-8.7
-/// (one permit each) instead of 10-20; for 2 instances it is 0.944-1.000 (without reports,
-/// 0.892 at the least over seeds 1 to 30).
+/// (one permit each) instead of 10-20; for 2 instances it is 0.944-1.000.
 ///
 /// Measured in `vegas_sim --fleet` (4 workers at 10 ms, 3x overload, 2 to 8 instances, a late
 /// joiner and one leaving), in `overload --fleet 4` on real sockets, and alone in front of a
@@ -517,21 +537,41 @@ impl Vegas {
         // For small limits, a share of the RTT, the same for every instance sharing a dependency.
         let alpha = (self.config.alpha * scale).min(cap / 2.0);
         let beta = (self.config.beta * scale).min(cap);
-        if self.baseline.is_reported() {
-            // With the dependency's reports, every instance knows the unloaded RTT, so its
-            // estimate of the calls it keeps queued is exact, and keeping at least a quarter of a
-            // call queued each converges to equal shares, as Vegas flows with exact base RTTs
-            // do: of two instances that read the same queue share, the smaller estimates fewer
-            // calls of its own queued and grows where the larger stays. Without the floor, the
-            // share alone is the same for both, and two instances kept the split they reached
-            // when the second one joined. Without reports, a baseline error would turn the floor
-            // into an advantage for the instance that made it.
+        // But at least a quarter of a call of the instance's own (half a call before it cuts),
+        // unless `alpha` and `beta` themselves are lower, below a limit of 4, and at any limit
+        // while the dependency reports how long calls queued. The share alone is the same for
+        // every instance whatever its limit, so it says nothing about who should give way: two
+        // instances in front of 4 workers, one at 1 permit and one at 3-5, both read the queue
+        // inside the band and kept that split. Counted in calls, as textbook Vegas counts them,
+        // the same share is fewer calls of its own for the smaller instance, which grows where
+        // the larger one holds, and the shares converge. It costs at most a quarter of a call
+        // queued per instance. From a limit of 4 up, the share alone: alone in front of a
+        // dependency, such a limit is the dependency's own concurrency, which the floor would
+        // only raise by a call at times (and a window that spans that raise when the dependency
+        // slows cannot judge the cut it causes). Without reports, a baseline error also turns the
+        // floor into an advantage for the instance that made it, so it stays where fairness
+        // needs it.
+        if self.counts_calls() {
             return (
-                alpha.max(REPORTED_MIN_ALPHA),
-                beta.max(2.0 * REPORTED_MIN_ALPHA),
+                alpha.max(MIN_ALPHA.min(self.config.alpha)),
+                beta.max((2.0 * MIN_ALPHA).min(self.config.beta)),
             );
         }
         (alpha, beta)
+    }
+
+    /// Whether the band is at least [`MIN_ALPHA`] calls: while the dependency reports its queue,
+    /// or below a limit of [`CALLS_BELOW`].
+    fn counts_calls(&self) -> bool {
+        self.baseline.is_reported() || self.estimate < CALLS_BELOW
+    }
+
+    /// Whether the limit is at its floor, or below [`CALLS_BELOW`], where the band is at least a
+    /// quarter of a call: there a baseline a few percent too low reads an idle dependency as
+    /// inside the band, and a limit that holds its permits is tried one call higher after
+    /// `HOLD_TRIAL_ROUNDS` rounds.
+    fn holds_little(&self) -> bool {
+        self.current <= self.config.bounds.min() || self.estimate < CALLS_BELOW
     }
 
     fn set_estimate(&mut self, value: f64) {
@@ -718,7 +758,8 @@ impl Vegas {
                 (Some(learned), Some(recent)) => learned as f64 >= INSENSITIVE * recent as f64,
                 _ => false,
             };
-            let insensitive = insensitive && (!stale || self.may_raise());
+            let insensitive =
+                insensitive && (!stale || self.flat_raises.allow(self.samples, self.current));
             if stale && insensitive {
                 restore = restore.max(self.limit_before_congestion);
             }
@@ -842,15 +883,19 @@ impl Vegas {
         } else {
             self.slow_start = false;
             self.congested_rounds = 0.0;
-            if self.current <= self.config.bounds.min() {
-                self.held_rounds += rounds;
-            }
             0.0
         };
-        if change != 0.0 || self.current > self.config.bounds.min() {
+        self.set_estimate(limit + change);
+        // Held: not cut, and the limit in permits did not move (growth that slows down as the
+        // queue read nears `alpha` never reaches the next permit).
+        if change >= 0.0
+            && self.config.bounds.clamp(self.estimate) == self.current
+            && self.holds_little()
+        {
+            self.held_rounds += rounds;
+        } else {
             self.held_rounds = 0.0;
         }
-        self.set_estimate(limit + change);
         // Held at the floor, inside the band: one call more tells a baseline a little too low
         // (the RTT does not rise: re-learned, and the limit grows) from a queue of others.
         // (`start_trial` comes last: it starts the trial when the rest holds.)
@@ -910,7 +955,7 @@ impl Vegas {
     }
 }
 
-/// The least rounds a limit holds at its floor, inside the band, before a trial of one call more.
+/// The least rounds a small limit holds its permits, uncut, before a trial of one call more.
 /// Fewer (4, as after congestion) made every instance of 8 at one permit each try again and
 /// again, and the trials that happened not to lengthen the RTT re-learned the others' queue
 /// (`vegas_sim --fleet --instances 8`: 0.727 at the least over 130 seeds, against 0.825).
