@@ -304,11 +304,12 @@ fn a_newcomer_does_not_take_the_fleets_queue_for_its_baseline() {
     );
 }
 
-/// The low percentile of a window on real sockets, in front of 4 workers at about 11.2 ms, as
-/// measured by `overload --fleet 2` with `q` calls queued: +2 % for 1, +8 % for 2, +18 % for 3,
-/// +47 % for 4. The least loaded calls of a window wait least, so a queue shorter than the
-/// workers barely shows, and 1 or 2 calls queued read inside the band; a longer one shows in
-/// full, about a service time per round of workers.
+/// The low percentile of a window on real sockets, in front of 4 workers at about 11.2 ms, with
+/// `q` calls queued: `overload --fleet 2` measured +1 % for 1, +7 % for 2, +18 % for 3 and +46 %
+/// for 4 (medians of the windows), which `2 % * q * q` follows up to 3. The least loaded calls
+/// of a window wait least, so a queue shorter than the workers barely shows, and 1 or 2 calls
+/// queued read inside the band; a longer one shows in full, about a service time per round of
+/// workers.
 fn window_low_micros(total_in_flight: usize) -> u64 {
     let queued = total_in_flight.saturating_sub(WORKERS) as f64;
     let longer = (queued - 2.0).max(0.0) / WORKERS as f64;

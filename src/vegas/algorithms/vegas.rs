@@ -343,7 +343,7 @@ enum Phase {
 ///   the same for every instance whatever its limit, so it cannot say who should give way: two
 ///   instances in front of 4 workers, one at 1 permit and one at 3-5, both read the queue inside
 ///   the band and kept that split. On real sockets the low percentile of a window grows by only
-///   about 2 % with one call queued behind 4 busy workers and 8 % with two, and Jain's index for
+///   about 1 % with one call queued behind 4 busy workers and 7 % with two, and Jain's index for
 ///   2 instances was 0.725-0.997 in eleven runs. Below a limit of 4 the band therefore counts at
 ///   least a quarter of a call of the instance's own (half a call to cut), as textbook Vegas
 ///   counts calls: the same share is fewer calls of its own for the smaller instance, which
@@ -401,7 +401,7 @@ enum Phase {
 /// In `vegas_sim --fleet --reported-queue`, over 130 seeds, Jain's index for 4 instances in
 /// front of 4 workers goes from 0.835-0.999 (mean 0.982) to 0.987-1.000 (mean 0.996), for 8
 /// instances from 0.760-0.99 (mean 0.906) to 0.998-1.000, their limits adding up to 8.2-8.7
-/// (one permit each) instead of 10-20; for 2 instances it is 0.944-1.000.
+/// (one permit each) instead of 10-20; for 2 instances it is 0.939-1.000.
 ///
 /// Measured in `vegas_sim --fleet` (4 workers at 10 ms, 3x overload, 2 to 8 instances, a late
 /// joiner and one leaving), in `overload --fleet 4` on real sockets, and alone in front of a
