@@ -380,6 +380,8 @@ enum Phase {
 ///   with the load are spaced apart the same way, on their own. A probe raises the baseline by
 ///   at most the band: halving one instance's concurrency in front of a queue the others keep
 ///   shortens it by that instance's share only, and an uncapped raise took the whole queue in.
+///   Capped so, it is one of the small raises and is spaced with them, so it does not hold back
+///   the whole re-learning of a slower dependency by the trial at the floor that may follow it.
 ///   Alone, a dependency that got slower needs one raise, not a series.
 /// - **A newcomer starts small, and does not take the fleet's queue for its baseline at once.**
 ///   The limit starts at 1 and slow start takes it up, rather than adding a burst of calls at
@@ -451,7 +453,7 @@ pub struct Vegas {
     /// Congested rounds a stale suspicion must last at the limit's floor before the next trial
     /// of one call more; doubles after each trial that finds a real queue.
     trial_after: f64,
-    /// Rounds the limit has held at its floor, neither growing nor cut (the RTT inside the band).
+    /// Rounds a small limit (see `holds_little`) has held its permits without a cut.
     held_rounds: f64,
     limit_before_congestion: f64,
     /// Samples fed so far (the clock of the drop cooldown and the raise spacings).
@@ -758,6 +760,9 @@ impl Vegas {
                 (Some(learned), Some(recent)) => learned as f64 >= INSENSITIVE * recent as f64,
                 _ => false,
             };
+            // A raise capped at the band is one of the small raises, spaced with them: spaced as
+            // a stale baseline's, it held back the trial at the floor that re-learns a slower
+            // dependency whole.
             let insensitive =
                 insensitive && (!stale || self.flat_raises.allow(self.samples, self.current));
             if stale && insensitive {
@@ -896,7 +901,7 @@ impl Vegas {
         } else {
             self.held_rounds = 0.0;
         }
-        // Held at the floor, inside the band: one call more tells a baseline a little too low
+        // Held at a small limit: one call more tells a baseline a little too low
         // (the RTT does not rise: re-learned, and the limit grows) from a queue of others.
         // (`start_trial` comes last: it starts the trial when the rest holds.)
         if self.held_rounds >= self.trial_after.max(HOLD_TRIAL_ROUNDS)
