@@ -364,39 +364,3 @@ fn two_instances_that_read_the_same_queue_share_converge_to_equal_limits() {
         mean_a + mean_b
     );
 }
-
-/// An instance past slow start at `initial / 2` permits: a drop halved it.
-fn cut_from(initial: usize) -> Vegas {
-    let mut vegas = Vegas::builder()
-        .bounds(LimitBounds::new(1, 1_000, initial).unwrap())
-        .build()
-        .unwrap();
-    vegas.update(&sample(10_000, initial, Outcome::Dropped));
-    vegas
-}
-
-#[test]
-fn small_limits_grow_back_by_the_same_calls_per_round_after_a_common_cut() {
-    // Instances in front of one dependency cut together, each in proportion to its limit, and
-    // then grow back on the same signal. Additive increase converges to equal shares only if each
-    // adds the same number of calls per round whatever its limit (Chiu and Jain): grown with
-    // sqrt(limit) from 1 permit on, the instance at 3 regained 14 calls in 40 rounds and the one
-    // at 1 8, and the split widened again after every cut.
-    let (mut small, mut large) = (cut_from(2), cut_from(6));
-    assert_eq!((small.limit(), large.limit()), (1, 3));
-    let mut limits = Vec::new();
-    for _ in 0..40 {
-        for vegas in [&mut small, &mut large] {
-            let limit = vegas.limit();
-            for _ in 0..limit {
-                vegas.update(&sample(10_000, limit, Outcome::Success));
-            }
-        }
-        limits.push((small.limit(), large.limit()));
-    }
-    let (small_gain, large_gain) = (small.limit() - 1, large.limit() - 3);
-    assert!(
-        small_gain > 0 && large_gain as f64 <= 1.5 * small_gain as f64,
-        "regained {small_gain} and {large_gain} calls: limits per round {limits:?}"
-    );
-}

@@ -15,11 +15,6 @@ const MIN_ALPHA: f64 = 0.25;
 /// at least [`MIN_ALPHA`] calls of the instance's own: see `Vegas::thresholds`.
 const CALLS_BELOW: f64 = 4.0;
 
-/// Up to this limit, growth after slow start is the same number of calls per round whatever the
-/// limit (additive); above it, it grows with `sqrt(limit / ADDITIVE_UP_TO)`: see
-/// [`growth_factor`].
-const ADDITIVE_UP_TO: f64 = 4.0;
-
 /// The settings of a [`Vegas`] algorithm; see [`VegasBuilder`] for what each one does.
 #[derive(Debug, Clone, PartialEq)]
 struct Settings {
@@ -196,10 +191,10 @@ impl VegasBuilder {
         self
     }
 
-    /// Growth per round while no queue is measured, times `smoothing` and
-    /// `max(1, sqrt(limit / 4))` (after slow start), in `[0, 10]` (default 0.25). The growth is
-    /// additive up to a limit of 4 and sub-linear above, never a share of the limit, so that
-    /// instances sharing a dependency converge to equal limits (see [`Vegas`]).
+    /// Growth per round while no queue is measured, times `smoothing` and `max(1, sqrt(limit))`
+    /// (after slow start), in `[0, 10]` (default 0.25). The growth is additive at small limits
+    /// and sub-linear at large ones, never a share of the limit, so that instances sharing a
+    /// dependency converge to equal limits (see [`Vegas`]).
     pub fn growth_ratio(mut self, ratio: f64) -> Self {
         self.settings.growth_ratio = ratio;
         self
@@ -359,8 +354,8 @@ enum Phase {
 ///   where the instances outnumber the dependency's workers, a late joiner can take 4 permits
 ///   beside others at 1 (see below).
 /// - **Additive increase, multiplicative decrease** on that signal, which converges to equal
-///   shares (Chiu and Jain, 1989): growth is `smoothing * growth_ratio * max(1, sqrt(limit / 4))`
-///   per round (additive up to a limit of 4, sub-linear above, never a share of the limit), and
+///   shares (Chiu and Jain, 1989): growth is `smoothing * growth_ratio * max(1, sqrt(limit))` per
+///   round (additive at small limits, sub-linear at large ones, never a share of the limit), and
 ///   an RTT-based cut takes the limit down to the concurrency that leaves `alpha` queued,
 ///   `limit * (1 - queue_share) + alpha`, at most by `backoff_ratio`. Cutting every instance in
 ///   proportion empties the shared queue in one step.
@@ -861,9 +856,11 @@ impl Vegas {
                 if self.slow_start {
                     self.config.smoothing * (target - queue).max(limit * headroom) * rounds
                 } else {
+                    // Sub-linear growth per round: additive at small limits, sqrt(limit) at
+                    // large ones, so that instances converge to equal limits.
                     self.config.smoothing
                         * self.config.growth_ratio
-                        * growth_factor(limit)
+                        * limit.sqrt().max(1.0)
                         * headroom
                         * rounds
                 }
@@ -971,25 +968,6 @@ const HOLD_TRIAL_ROUNDS: f64 = 64.0;
 
 /// The most congested rounds between two trials of one call more at the limit's floor.
 const TRIAL_AFTER_MAX: f64 = 256.0;
-
-/// Calls per round the limit grows by after slow start, per unit of `growth_ratio * smoothing`:
-/// 1 up to a limit of [`ADDITIVE_UP_TO`] (additive), `sqrt(limit / ADDITIVE_UP_TO)` above
-/// (sub-linear, so a limit of hundreds still grows within seconds).
-///
-/// Additive increase converges to equal shares only if every instance adds the same number of
-/// calls per round (Chiu and Jain, 1989): instances in front of one dependency cut together, in
-/// proportion to their limits, and then grow; growing in proportion to anything that differs
-/// between them keeps part of the split. With `sqrt(limit)` from a limit of 1 on, an instance at
-/// 4 permits grew twice as fast as one at 1 beside it. Up to 4 (where a fleet's instances sit in
-/// front of a few workers each) the growth is therefore the same for all. `vegas_sim --fleet`,
-/// 130 seeds, least fair seed with `max(1, sqrt(limit))` and with this: 2 instances in front of 4
-/// workers 0.882 and 0.962, 8 in front of 8 0.906 and 0.934, 4 in front of 16 0.931 and 0.883
-/// (3 seeds below 0.95 either way); alone (`--step`, 100 seeds) the first second after the
-/// service time steps kept at least 113 calls before, 123 now. The cost: above 4 permits the
-/// limit grows half as fast as with `sqrt(limit)` (0.37 calls per round at 35 permits).
-fn growth_factor(limit: f64) -> f64 {
-    (limit / ADDITIVE_UP_TO).sqrt().max(1.0)
-}
 
 /// Samples per window at limit `current`: at least `baseline_window`, at least half the limit.
 /// The window that judges a cut takes half as many (at least 4): at a small limit it is the one
