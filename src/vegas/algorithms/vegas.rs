@@ -540,19 +540,12 @@ impl Vegas {
         let alpha = (self.config.alpha * scale).min(cap / 2.0);
         let beta = (self.config.beta * scale).min(cap);
         // But at least a quarter of a call of the instance's own (half a call before it cuts),
-        // unless `alpha` and `beta` themselves are lower, below a limit of 4, and at any limit
-        // while the dependency reports how long calls queued. The share alone is the same for
-        // every instance whatever its limit, so it says nothing about who should give way: two
-        // instances in front of 4 workers, one at 1 permit and one at 3-5, both read the queue
-        // inside the band and kept that split. Counted in calls, as textbook Vegas counts them,
-        // the same share is fewer calls of its own for the smaller instance, which grows where
-        // the larger one holds, and the shares converge. It costs at most a quarter of a call
-        // queued per instance. From a limit of 4 up, the share alone: alone in front of a
-        // dependency, such a limit is the dependency's own concurrency, which the floor would
-        // only raise by a call at times (and a window that spans that raise when the dependency
-        // slows cannot judge the cut it causes). Without reports, a baseline error also turns the
-        // floor into an advantage for the instance that made it, so it stays where fairness
-        // needs it.
+        // unless `alpha` and `beta` themselves are lower, below a limit of 4 and at any limit
+        // while the dependency reports how long calls queued: why, in the `Vegas` docs ("In a
+        // fleet"). Not from 4 up without reports: alone in front of a dependency such a limit is
+        // the dependency's own concurrency, which the floor would only raise by a call at times,
+        // and a window that spans that raise when the dependency slows cannot judge the cut it
+        // causes.
         if self.counts_calls() {
             return (
                 alpha.max(MIN_ALPHA.min(self.config.alpha)),
@@ -666,6 +659,12 @@ impl Vegas {
         self.stale_raises.allow(self.samples, self.current)
     }
 
+    /// Whether the baseline may be raised by at most the band now: the small raises (an RTT that
+    /// did not fall with the concurrency, a probe's capped raise), spaced on their own.
+    fn may_raise_by_band(&mut self) -> bool {
+        self.flat_raises.allow(self.samples, self.current)
+    }
+
     /// Re-learns the baseline as `rtt` after a cut showed the RTT above it was no queue, and
     /// undoes the cuts made since the congestion began.
     #[inline(never)]
@@ -763,8 +762,7 @@ impl Vegas {
             // A raise capped at the band is one of the small raises, spaced with them: spaced as
             // a stale baseline's, it held back the trial at the floor that re-learns a slower
             // dependency whole.
-            let insensitive =
-                insensitive && (!stale || self.flat_raises.allow(self.samples, self.current));
+            let insensitive = insensitive && (!stale || self.may_raise_by_band());
             if stale && insensitive {
                 restore = restore.max(self.limit_before_congestion);
             }
@@ -836,10 +834,7 @@ impl Vegas {
             // dependency: what the band read as a queue is an RTT that grows with the load below
             // the dependency's concurrency (a busy host, say). Raise the baseline by at most the
             // band.
-            if !stale
-                && reference.is_flat(base, window)
-                && self.flat_raises.allow(self.samples, self.current)
-            {
+            if !stale && reference.is_flat(base, window) && self.may_raise_by_band() {
                 self.raise_baseline_and_undo_cuts(window.low.min(self.band_above(base)));
                 return;
             }
