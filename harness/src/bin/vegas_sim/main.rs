@@ -21,7 +21,7 @@ use flowguard::clock::ManualClock;
 use flowguard::vegas::{
     Aimd, Fixed, Gradient, LimitAlgorithm, LimitBounds, Limiter, OwnedPermit, Vegas,
 };
-use flowguard_harness::cli::positive;
+use flowguard_harness::cli::{above_zero, positive};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
@@ -488,12 +488,17 @@ struct Args {
     /// and the instances finish their permits with `Permit::success_queued`.
     #[arg(long)]
     reported_queue: bool,
+    /// Step scenarios: the host delays every call of each 20 ms by the same amount, drawn from
+    /// an exponential distribution with this mean, in milliseconds (a busy or shared host).
+    #[arg(long, value_name = "MS", requires = "step", value_parser = above_zero)]
+    host_noise_ms: Option<f64>,
 }
 
 fn main() -> Result<(), Box<dyn Error>> {
     let args = Args::parse();
     if args.step {
-        return run_steps(args.seed, args.reported_queue, args.json);
+        let host_noise = Duration::from_secs_f64(args.host_noise_ms.unwrap_or(0.0) / 1e3);
+        return run_steps(args.seed, args.reported_queue, host_noise, args.json);
     }
     if args.fleet {
         let scenario = fleet::FleetScenario {
@@ -620,7 +625,12 @@ fn run_fleet(scenario: &fleet::FleetScenario) -> Result<Vec<fleet::FleetReport>,
         .collect()
 }
 
-fn run_steps(seed: u64, reported_queue: bool, as_json: bool) -> Result<(), Box<dyn Error>> {
+fn run_steps(
+    seed: u64,
+    reported_queue: bool,
+    host_noise: Duration,
+    as_json: bool,
+) -> Result<(), Box<dyn Error>> {
     let mut all = Vec::new();
     for scenario in [
         step::StepScenario::slower_service(seed),
@@ -628,6 +638,7 @@ fn run_steps(seed: u64, reported_queue: bool, as_json: bool) -> Result<(), Box<d
     ] {
         let scenario = step::StepScenario {
             reported_queue,
+            host_noise,
             ..scenario
         };
         let reports = run_step(&scenario)?;

@@ -6,6 +6,13 @@
 //! service time becomes `service_after`, and the worker count `workers_after` (a worker that is
 //! busy finishes its call).
 //!
+//! Host noise (`host_noise`, none by default): a busy or shared host delays every call by the
+//! same amount for a while. Time is cut into epochs of [`NOISE_EPOCH`]; every call whose service
+//! starts in an epoch takes that epoch's delay longer, drawn from an exponential distribution
+//! with mean `host_noise`. The windows of RTT samples the limiter judges then differ from one
+//! another by more than the service-time jitter alone makes them, as on real sockets on a host
+//! whose other work comes and goes.
+//!
 //! Client: Poisson arrivals at `offered_load` x the initial capacity. Each arrival asks the
 //! [`Limiter`] for a permit; if none is free it waits, first come first served, up to
 //! `max_wait`, and is shed after that. A call that has not completed `deadline` after it arrived
@@ -42,6 +49,43 @@ pub struct StepScenario {
     /// The backend reports how long each call waited in its queue, and the client finishes its
     /// permits with `Permit::success_queued`.
     pub reported_queue: bool,
+    /// Mean delay the host adds to every call of a [`NOISE_EPOCH`] (zero: a quiet host).
+    pub host_noise: Duration,
+}
+
+/// How long the host's delay stays the same in the host-noise model: about one window of
+/// samples at 8 workers (16 calls at 10 ms).
+pub const NOISE_EPOCH: Duration = Duration::from_millis(20);
+
+/// The host's delay of each [`NOISE_EPOCH`], drawn as the epochs are reached, from an RNG of its
+/// own so that a quiet host (`mean` zero) leaves the other draws of a seed as they were.
+struct HostNoise {
+    mean: f64,
+    rng: SmallRng,
+    delays: Vec<u64>,
+}
+
+impl HostNoise {
+    fn new(mean: Duration, seed: u64) -> Self {
+        Self {
+            mean: mean.as_nanos() as f64,
+            rng: SmallRng::seed_from_u64(seed ^ 0x6e6f_6973_6520_6f6e),
+            delays: Vec::new(),
+        }
+    }
+
+    /// The delay of the epoch holding `at`, in nanoseconds.
+    fn delay(&mut self, at: u64) -> u64 {
+        if self.mean == 0.0 {
+            return 0;
+        }
+        let epoch = (at / nanos(NOISE_EPOCH)) as usize;
+        while self.delays.len() <= epoch {
+            let draw = -(1.0 - self.rng.random::<f64>()).ln() * self.mean;
+            self.delays.push(draw as u64);
+        }
+        self.delays[epoch]
+    }
 }
 
 impl StepScenario {
@@ -61,6 +105,7 @@ impl StepScenario {
             deadline: Duration::from_secs(1),
             seed,
             reported_queue: false,
+            host_noise: Duration::ZERO,
         }
     }
 
@@ -211,6 +256,7 @@ pub fn simulate_step(
         .clock(clock.clone())
         .build()?;
     let mut rng = SmallRng::seed_from_u64(scenario.seed);
+    let mut noise = HostNoise::new(scenario.host_noise, scenario.seed);
     let end = nanos(scenario.end);
     let capacity_per_nano = scenario.workers as f64 / scenario.mean_service_nanos(0);
     let arrival_rate = scenario.offered_load * capacity_per_nano;
@@ -241,14 +287,15 @@ pub fn simulate_step(
                  backlog: &mut VecDeque<usize>,
                  calls: &mut [Call],
                  events: &mut BinaryHeap<Reverse<(u64, Event)>>,
-                 rng: &mut SmallRng| {
+                 rng: &mut SmallRng,
+                 noise: &mut HostNoise| {
         while *busy < scenario.workers_at(now) {
             let Some(id) = backlog.pop_front() else {
                 break;
             };
             calls[id].queued = now - calls[id].sent;
             let spread = 1.0 + scenario.jitter * (2.0 * rng.random::<f64>() - 1.0);
-            let service = (scenario.mean_service_nanos(now) * spread) as u64;
+            let service = (scenario.mean_service_nanos(now) * spread) as u64 + noise.delay(now);
             *busy += 1;
             events.push(Reverse((now + service.max(1), Event::Completion(id))));
         }
@@ -334,6 +381,7 @@ pub fn simulate_step(
             &mut calls,
             &mut events,
             &mut rng,
+            &mut noise,
         );
     }
 
@@ -364,7 +412,7 @@ pub fn simulate_step(
 /// limit per 100 ms from 0.5 s before the step to 1.5 s after it.
 pub fn print(scenario: &StepScenario, reports: &[StepReport]) {
     println!(
-        "\n{}: {} workers at {:?} -> {} workers at {:?} at {:?}; offered {}x, wait <= {:?}, deadline {:?}, seed {}{}",
+        "\n{}: {} workers at {:?} -> {} workers at {:?} at {:?}; offered {}x, wait <= {:?}, deadline {:?}, seed {}{}{}",
         scenario.name,
         scenario.workers,
         scenario.service,
@@ -379,6 +427,14 @@ pub fn print(scenario: &StepScenario, reports: &[StepReport]) {
             "; the backend reports each call's queueing"
         } else {
             ""
+        },
+        if scenario.host_noise.is_zero() {
+            String::new()
+        } else {
+            format!(
+                "; host noise: {:?} on average, per {:?}",
+                scenario.host_noise, NOISE_EPOCH
+            )
         }
     );
     println!(
@@ -459,6 +515,7 @@ pub fn json(scenario: &StepScenario, reports: &[StepReport]) -> serde_json::Valu
     serde_json::json!({
         "scenario": scenario.name,
         "reported_queue": scenario.reported_queue,
+        "host_noise_ms": scenario.host_noise.as_secs_f64() * 1e3,
         "limiters": limiters,
     })
 }
