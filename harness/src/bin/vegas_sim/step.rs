@@ -519,3 +519,46 @@ pub fn json(scenario: &StepScenario, reports: &[StepReport]) -> serde_json::Valu
         "limiters": limiters,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_quiet_host_adds_no_delay_and_draws_nothing() {
+        let mut quiet = HostNoise::new(Duration::ZERO, 7);
+        for at in [0, 1, nanos(NOISE_EPOCH) * 1000] {
+            assert_eq!(quiet.delay(at), 0);
+        }
+        assert!(quiet.delays.is_empty());
+    }
+
+    #[test]
+    fn a_noisy_host_delays_every_call_of_an_epoch_alike() {
+        let mean = Duration::from_micros(400);
+        let mut noise = HostNoise::new(mean, 7);
+        let epoch = nanos(NOISE_EPOCH);
+        let epochs = 20_000_u64;
+        // Asked out of order: an epoch's delay does not depend on when it is first asked for.
+        let last = noise.delay((epochs - 1) * epoch);
+        assert_eq!(noise.delay(epochs * epoch - 1), last);
+        let mut total = 0_u64;
+        let mut differs = 0;
+        for index in 0..epochs {
+            let start = noise.delay(index * epoch);
+            assert_eq!(noise.delay(index * epoch + epoch / 2), start);
+            assert_eq!(noise.delay(index * epoch + epoch - 1), start);
+            differs += usize::from(start != noise.delay((index + 1) * epoch));
+            total += start;
+        }
+        // Exponential with the given mean (20,000 draws of a fixed seed: the mean is within a
+        // few percent), and the delay changes from one epoch to the next.
+        let measured = total as f64 / epochs as f64;
+        let expected = nanos(mean) as f64;
+        assert!(
+            (measured / expected - 1.0).abs() < 0.05,
+            "{measured} vs {expected}"
+        );
+        assert!(differs as u64 > epochs * 99 / 100);
+    }
+}
