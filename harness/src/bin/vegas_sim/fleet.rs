@@ -1,7 +1,8 @@
 //! The fleet scenario: N instances, each with a limiter of its own, share one backend.
 //!
 //! Backend: `workers` workers serve calls from every instance in one FIFO order, from an
-//! unbounded queue; each call takes the mean service time +/- `jitter`.
+//! unbounded queue; each call takes the mean service time +/- `jitter`, and on a noisy host
+//! (`host_noise`) the delay of its epoch longer (see [`HostNoise`]).
 //!
 //! Instances: each offers Poisson arrivals at `offered_load / instances` x the backend's
 //! capacity, so the backend sees `offered_load` x its capacity while all are up. Instance `i`
@@ -24,6 +25,8 @@ use flowguard_harness::fleet_report::{self, InstanceReport, percentile};
 pub use flowguard_harness::fleet_report::{FleetReport, print_instance_limits};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
+
+use crate::host_noise::{self, HostNoise};
 
 /// Backend, fleet and client settings.
 #[derive(Debug, Clone, Copy)]
@@ -48,6 +51,8 @@ pub struct FleetScenario {
     /// The backend reports how long each call waited in its queue; the instances finish their
     /// permits with `Permit::success_queued`.
     pub reported_queue: bool,
+    /// Mean delay the host adds to every call of an epoch (zero: a quiet host).
+    pub host_noise: Duration,
 }
 
 impl FleetScenario {
@@ -68,6 +73,7 @@ impl FleetScenario {
             deadline: Duration::from_secs(1),
             seed,
             reported_queue: false,
+            host_noise: Duration::ZERO,
         }
     }
 
@@ -200,6 +206,7 @@ pub fn simulate_fleet(
         events.push(Reverse((scenario.start_of(index), Event::Arrival(index))));
     }
     let mut service_rng = SmallRng::seed_from_u64(scenario.seed);
+    let mut noise = HostNoise::new(scenario.host_noise, scenario.seed);
     let mut calls: Vec<Call> = Vec::new();
     let mut backlog: VecDeque<usize> = VecDeque::new();
     let mut busy = 0_usize;
@@ -302,7 +309,7 @@ pub fn simulate_fleet(
                 break;
             };
             let spread = 1.0 + scenario.jitter * (2.0 * service_rng.random::<f64>() - 1.0);
-            let service = (scenario.service.as_nanos() as f64 * spread) as u64;
+            let service = (scenario.service.as_nanos() as f64 * spread) as u64 + noise.delay(now);
             busy += 1;
             calls[id].queued = now - calls[id].granted_at;
             events.push(Reverse((now + service.max(1), Event::Completion(id))));
@@ -391,7 +398,7 @@ fn per_second(trace: &[f64], seconds: usize) -> Vec<Option<f64>> {
 /// Prints the scenario, then the fleet report of each limiter (see [`fleet_report::print`]).
 pub fn print(scenario: &FleetScenario, reports: &[FleetReport]) {
     println!(
-        "\nfleet: {} instances, {} workers at {:?} (+/-{}%), {}x total overload; starts {:?} apart, the last joins at {:?}, the first leaves at {:?}, end {:?}; wait <= {:?}, deadline {:?}, seed {}{}",
+        "\nfleet: {} instances, {} workers at {:?} (+/-{}%), {}x total overload; starts {:?} apart, the last joins at {:?}, the first leaves at {:?}, end {:?}; wait <= {:?}, deadline {:?}, seed {}{}{}",
         scenario.instances,
         scenario.workers,
         scenario.service,
@@ -408,7 +415,8 @@ pub fn print(scenario: &FleetScenario, reports: &[FleetReport]) {
             "; the backend reports each call's queue wait"
         } else {
             ""
-        }
+        },
+        host_noise::describe(scenario.host_noise)
     );
     let (from, until) = scenario.all_up();
     println!("fairness and limits judged from {from} s to {until} s (all instances up)");
@@ -422,6 +430,7 @@ pub fn json(scenario: &FleetScenario, reports: &[FleetReport]) -> serde_json::Va
         "instances": scenario.instances,
         "seed": scenario.seed,
         "reported_queue": scenario.reported_queue,
+        "host_noise_ms": scenario.host_noise.as_secs_f64() * 1e3,
         "limiters": reports.iter().map(FleetReport::to_json).collect::<Vec<_>>(),
     })
 }

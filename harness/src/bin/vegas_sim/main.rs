@@ -3,11 +3,13 @@
 //! `--help` prints).
 //!
 //! ```text
-//! cargo run --release -p flowguard-harness --bin vegas_sim -- [--json] [--plot DIR] [--seed N] [--slots N] [--step]
-//! cargo run --release -p flowguard-harness --bin vegas_sim -- --fleet [--instances N] [--seed N] [--json]
+//! cargo run --release -p flowguard-harness --bin vegas_sim -- [--json] [--plot DIR] [--seed N] [--slots N]
+//! cargo run --release -p flowguard-harness --bin vegas_sim -- --step [--seed N] [--reported-queue] [--host-noise-ms MS] [--json]
+//! cargo run --release -p flowguard-harness --bin vegas_sim -- --fleet [--instances N] [--workers N] [--seed N] [--reported-queue] [--host-noise-ms MS] [--json]
 //! ```
 
 mod fleet;
+mod host_noise;
 mod step;
 
 use std::cmp::Reverse;
@@ -454,8 +456,13 @@ fn json(reports: &[Report]) -> String {
 /// 1 and 4 per instance it prints goodput, Jain's index over the instances' goodput while all
 /// are up, the worst p99, timeouts, the sum of the limits, the time the late joiner took to hold
 /// 80 % of its fair share, and per-instance figures.
+///
+/// With `--host-noise-ms MS` (fleet and step scenarios), the host is noisy: every call whose
+/// service starts in the same 20 ms takes the same extra delay, drawn from an exponential
+/// distribution with mean MS (see `host_noise.rs`).
 #[derive(Parser)]
 #[command(verbatim_doc_comment, args_override_self = true)]
+#[command(group(clap::ArgGroup::new("scenario").args(["step", "fleet"])))]
 struct Args {
     /// Print the figures as one JSON object on the last stdout line: `{"algorithms":[..]}`, or
     /// with --step `{"step_scenarios":[..]}`.
@@ -488,22 +495,24 @@ struct Args {
     /// and the instances finish their permits with `Permit::success_queued`.
     #[arg(long)]
     reported_queue: bool,
-    /// Step scenarios: the host delays every call of each 20 ms by the same amount, drawn from
-    /// an exponential distribution with this mean, in milliseconds (a busy or shared host).
-    #[arg(long, value_name = "MS", requires = "step", value_parser = above_zero)]
+    /// Fleet and step scenarios: the host delays every call of each 20 ms by the same amount,
+    /// drawn from an exponential distribution with this mean, in milliseconds (a busy or shared
+    /// host).
+    #[arg(long, value_name = "MS", value_parser = above_zero, requires = "scenario")]
     host_noise_ms: Option<f64>,
 }
 
 fn main() -> Result<(), Box<dyn Error>> {
     let args = Args::parse();
+    let host_noise = Duration::from_secs_f64(args.host_noise_ms.unwrap_or(0.0) / 1e3);
     if args.step {
-        let host_noise = Duration::from_secs_f64(args.host_noise_ms.unwrap_or(0.0) / 1e3);
         return run_steps(args.seed, args.reported_queue, host_noise, args.json);
     }
     if args.fleet {
         let scenario = fleet::FleetScenario {
             workers: usize::from(args.workers),
             reported_queue: args.reported_queue,
+            host_noise,
             ..fleet::FleetScenario::standard(usize::from(args.instances), args.seed)
         };
         let reports = run_fleet(&scenario)?;

@@ -6,12 +6,7 @@
 //! service time becomes `service_after`, and the worker count `workers_after` (a worker that is
 //! busy finishes its call).
 //!
-//! Host noise (`host_noise`, none by default): a busy or shared host delays every call by the
-//! same amount for a while. Time is cut into epochs of [`NOISE_EPOCH`]; every call whose service
-//! starts in an epoch takes that epoch's delay longer, drawn from an exponential distribution
-//! with mean `host_noise`. The windows of RTT samples the limiter judges then differ from one
-//! another by more than the service-time jitter alone makes them, as on real sockets on a host
-//! whose other work comes and goes.
+//! Host noise (`host_noise`, none by default): see [`HostNoise`].
 //!
 //! Client: Poisson arrivals at `offered_load` x the initial capacity. Each arrival asks the
 //! [`Limiter`] for a permit; if none is free it waits, first come first served, up to
@@ -29,6 +24,8 @@ use flowguard::clock::ManualClock;
 use flowguard::vegas::{LimitAlgorithm, Limiter, OwnedPermit};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
+
+use crate::host_noise::{self, HostNoise};
 
 /// Backend and client settings.
 #[derive(Debug, Clone, Copy)]
@@ -49,43 +46,9 @@ pub struct StepScenario {
     /// The backend reports how long each call waited in its queue, and the client finishes its
     /// permits with `Permit::success_queued`.
     pub reported_queue: bool,
-    /// Mean delay the host adds to every call of a [`NOISE_EPOCH`] (zero: a quiet host).
+    /// Mean delay the host adds to every call of an epoch (zero: a quiet host; see
+    /// [`HostNoise`]).
     pub host_noise: Duration,
-}
-
-/// How long the host's delay stays the same in the host-noise model: about one window of
-/// samples at 8 workers (16 calls at 10 ms).
-pub const NOISE_EPOCH: Duration = Duration::from_millis(20);
-
-/// The host's delay of each [`NOISE_EPOCH`], drawn as the epochs are reached, from an RNG of its
-/// own so that a quiet host (`mean` zero) leaves the other draws of a seed as they were.
-struct HostNoise {
-    mean: f64,
-    rng: SmallRng,
-    delays: Vec<u64>,
-}
-
-impl HostNoise {
-    fn new(mean: Duration, seed: u64) -> Self {
-        Self {
-            mean: mean.as_nanos() as f64,
-            rng: SmallRng::seed_from_u64(seed ^ 0x6e6f_6973_6520_6f6e),
-            delays: Vec::new(),
-        }
-    }
-
-    /// The delay of the epoch holding `at`, in nanoseconds.
-    fn delay(&mut self, at: u64) -> u64 {
-        if self.mean == 0.0 {
-            return 0;
-        }
-        let epoch = (at / nanos(NOISE_EPOCH)) as usize;
-        while self.delays.len() <= epoch {
-            let draw = -(1.0 - self.rng.random::<f64>()).ln() * self.mean;
-            self.delays.push(draw as u64);
-        }
-        self.delays[epoch]
-    }
 }
 
 impl StepScenario {
@@ -428,14 +391,7 @@ pub fn print(scenario: &StepScenario, reports: &[StepReport]) {
         } else {
             ""
         },
-        if scenario.host_noise.is_zero() {
-            String::new()
-        } else {
-            format!(
-                "; host noise: {:?} on average, per {:?}",
-                scenario.host_noise, NOISE_EPOCH
-            )
-        }
+        host_noise::describe(scenario.host_noise)
     );
     println!(
         "{:<10} {:>9} {:>10} {:>7} {:>7} {:>8} {:>7} {:>14} {:>14} {:>9}",
@@ -518,47 +474,4 @@ pub fn json(scenario: &StepScenario, reports: &[StepReport]) -> serde_json::Valu
         "host_noise_ms": scenario.host_noise.as_secs_f64() * 1e3,
         "limiters": limiters,
     })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_quiet_host_adds_no_delay_and_draws_nothing() {
-        let mut quiet = HostNoise::new(Duration::ZERO, 7);
-        for at in [0, 1, nanos(NOISE_EPOCH) * 1000] {
-            assert_eq!(quiet.delay(at), 0);
-        }
-        assert!(quiet.delays.is_empty());
-    }
-
-    #[test]
-    fn a_noisy_host_delays_every_call_of_an_epoch_alike() {
-        let mean = Duration::from_micros(400);
-        let mut noise = HostNoise::new(mean, 7);
-        let epoch = nanos(NOISE_EPOCH);
-        let epochs = 20_000_u64;
-        // Asked out of order: an epoch's delay does not depend on when it is first asked for.
-        let last = noise.delay((epochs - 1) * epoch);
-        assert_eq!(noise.delay(epochs * epoch - 1), last);
-        let mut total = 0_u64;
-        let mut differs = 0;
-        for index in 0..epochs {
-            let start = noise.delay(index * epoch);
-            assert_eq!(noise.delay(index * epoch + epoch / 2), start);
-            assert_eq!(noise.delay(index * epoch + epoch - 1), start);
-            differs += usize::from(start != noise.delay((index + 1) * epoch));
-            total += start;
-        }
-        // Exponential with the given mean (20,000 draws of a fixed seed: the mean is within a
-        // few percent), and the delay changes from one epoch to the next.
-        let measured = total as f64 / epochs as f64;
-        let expected = nanos(mean) as f64;
-        assert!(
-            (measured / expected - 1.0).abs() < 0.05,
-            "{measured} vs {expected}"
-        );
-        assert!(differs as u64 > epochs * 99 / 100);
-    }
 }
