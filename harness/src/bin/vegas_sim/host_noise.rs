@@ -14,7 +14,8 @@ use rand::{Rng, SeedableRng};
 
 /// How long the host's delay stays the same in the host-noise model: about one window of
 /// samples at 8 workers (16 calls at 10 ms).
-pub const NOISE_EPOCH: Duration = Duration::from_millis(20);
+pub const NOISE_EPOCH: Duration = Duration::from_nanos(EPOCH_NANOS);
+const EPOCH_NANOS: u64 = 20_000_000;
 
 /// The host's delay of each [`NOISE_EPOCH`], drawn as the epochs are reached, from an RNG of its
 /// own so that a quiet host (`mean` zero) leaves the other draws of a seed as they were.
@@ -25,6 +26,7 @@ pub struct HostNoise {
 }
 
 impl HostNoise {
+    /// A host whose delays have mean `mean` (zero: a quiet host), drawn from `seed`.
     pub fn new(mean: Duration, seed: u64) -> Self {
         Self {
             mean: mean.as_nanos() as f64,
@@ -38,7 +40,7 @@ impl HostNoise {
         if self.mean == 0.0 {
             return 0;
         }
-        let epoch = (at / nanos(NOISE_EPOCH)) as usize;
+        let epoch = (at / EPOCH_NANOS) as usize;
         while self.delays.len() <= epoch {
             let draw = -(1.0 - self.rng.random::<f64>()).ln() * self.mean;
             self.delays.push(draw as u64);
@@ -56,10 +58,6 @@ pub fn describe(mean: Duration) -> String {
     }
 }
 
-fn nanos(duration: Duration) -> u64 {
-    u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -67,7 +65,7 @@ mod tests {
     #[test]
     fn a_quiet_host_adds_no_delay_and_draws_nothing() {
         let mut quiet = HostNoise::new(Duration::ZERO, 7);
-        for at in [0, 1, nanos(NOISE_EPOCH) * 1000] {
+        for at in [0, 1, EPOCH_NANOS * 1000] {
             assert_eq!(quiet.delay(at), 0);
         }
         assert!(quiet.delays.is_empty());
@@ -77,7 +75,7 @@ mod tests {
     fn a_noisy_host_delays_every_call_of_an_epoch_alike() {
         let mean = Duration::from_micros(400);
         let mut noise = HostNoise::new(mean, 7);
-        let epoch = nanos(NOISE_EPOCH);
+        let epoch = EPOCH_NANOS;
         let epochs = 20_000_u64;
         // Asked out of order: an epoch's delay does not depend on when it is first asked for.
         let last = noise.delay((epochs - 1) * epoch);
@@ -94,7 +92,7 @@ mod tests {
         // Exponential with the given mean (20,000 draws of a fixed seed: the mean is within a
         // few percent), and the delay changes from one epoch to the next.
         let measured = total as f64 / epochs as f64;
-        let expected = nanos(mean) as f64;
+        let expected = mean.as_nanos() as f64;
         assert!(
             (measured / expected - 1.0).abs() < 0.05,
             "{measured} vs {expected}"
