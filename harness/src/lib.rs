@@ -1,6 +1,7 @@
 //! Code shared by the harness binaries and their tests. Not part of the published crate.
 
 pub mod cli;
+pub mod exponential;
 pub mod fairness;
 pub mod fleet_report;
 pub mod naive;

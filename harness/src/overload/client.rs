@@ -5,13 +5,14 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use rand::SeedableRng;
 use rand::rngs::SmallRng;
-use rand::{Rng, SeedableRng};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
 use super::backend::{BackendConfig, BackendStats};
 use super::gate::{Gate, HttpCall, LimiterKind, Outcome};
+use crate::exponential::unit_exponential;
 
 /// How the client offers load.
 #[derive(Debug, Clone)]
@@ -227,7 +228,7 @@ pub async fn offer(
                 }
             });
             arrivals += 1;
-            let gap = -(1.0 - rng.random::<f64>()).ln() / rate;
+            let gap = unit_exponential(&mut rng) / rate;
             next += Duration::from_secs_f64(gap);
         }
     }

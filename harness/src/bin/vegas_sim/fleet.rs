@@ -20,6 +20,7 @@ use std::time::Duration;
 
 use flowguard::clock::ManualClock;
 use flowguard::vegas::{LimitAlgorithm, Limiter, OwnedPermit};
+use flowguard_harness::exponential::unit_exponential;
 use flowguard_harness::fairness::{jain_index, time_to_share};
 use flowguard_harness::fleet_report::{self, InstanceReport, percentile};
 pub use flowguard_harness::fleet_report::{FleetReport, print_instance_limits};
@@ -276,7 +277,7 @@ pub fn simulate_fleet(
                 });
                 let instance = &mut instances[index];
                 instance.waiting.push_back(calls.len() - 1);
-                let gap = -(1.0 - instance.rng.random::<f64>()).ln() / rate_per_nano;
+                let gap = unit_exponential(&mut instance.rng) / rate_per_nano;
                 let next = now + gap.max(1.0) as u64;
                 if next < scenario.stop_of(index) {
                     events.push(Reverse((next, Event::Arrival(index))));

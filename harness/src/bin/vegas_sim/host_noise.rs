@@ -9,8 +9,9 @@
 
 use std::time::Duration;
 
+use flowguard_harness::exponential::unit_exponential;
+use rand::SeedableRng;
 use rand::rngs::SmallRng;
-use rand::{Rng, SeedableRng};
 
 /// How long the host's delay stays the same in the host-noise model: about one window of
 /// samples at 8 workers (16 calls at 10 ms).
@@ -42,7 +43,7 @@ impl HostNoise {
         }
         let epoch = (at / EPOCH_NANOS) as usize;
         while self.delays.len() <= epoch {
-            let draw = -(1.0 - self.rng.random::<f64>()).ln() * self.mean;
+            let draw = unit_exponential(&mut self.rng) * self.mean;
             self.delays.push(draw as u64);
         }
         self.delays[epoch]

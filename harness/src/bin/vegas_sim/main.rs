@@ -24,6 +24,7 @@ use flowguard::vegas::{
     Aimd, Fixed, Gradient, LimitAlgorithm, LimitBounds, Limiter, OwnedPermit, Vegas,
 };
 use flowguard_harness::cli::{above_zero, positive};
+use flowguard_harness::exponential::unit_exponential;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
@@ -211,7 +212,7 @@ fn simulate(scenario: &Scenario, algorithm: impl LimitAlgorithm) -> Result<Repor
             continue;
         }
         // An arrival.
-        let gap = -(1.0 - rng.random::<f64>()).ln() / arrival_rate;
+        let gap = unit_exponential(&mut rng) / arrival_rate;
         next_arrival = now + gap.max(1.0) as u64;
         let Ok(permit) = limiter.try_acquire_owned() else {
             shed += 1;

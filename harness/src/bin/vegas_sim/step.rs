@@ -22,6 +22,7 @@ use std::time::Duration;
 
 use flowguard::clock::ManualClock;
 use flowguard::vegas::{LimitAlgorithm, Limiter, OwnedPermit};
+use flowguard_harness::exponential::unit_exponential;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
@@ -309,7 +310,7 @@ pub fn simulate_step(
                 }
             }
         } else {
-            let gap = -(1.0 - rng.random::<f64>()).ln() / arrival_rate;
+            let gap = unit_exponential(&mut rng) / arrival_rate;
             next_arrival = now + gap.max(1.0) as u64;
             calls.push(Call {
                 arrival: now,
