@@ -17,6 +17,9 @@
 //!   retry layer placed outside them; outcomes come from an [`OutcomeClassifier`]
 //!   ([`HttpClassifier`] by default), and a request without a permit is not sent and fails with
 //!   [`Shed`].
+//! - The dependency's side: `vegas::worker_queue` (feature `tower`) serves an HTTP service's
+//!   requests a few at a time and reports each one's wait for a worker (`Server-Timing`), which
+//!   the callers read with [`HttpClassifier::queue_timing`] to keep a fleet's shares even.
 //! - Time: the limiter reads a [`MonotonicClock`](crate::clock::MonotonicClock) by default; give
 //!   it a [`ManualClock`](crate::clock::ManualClock) with [`LimiterBuilder::clock`] in tests and
 //!   simulations.
@@ -59,7 +62,9 @@
 //! `algorithms/` holds the limit algorithms (pure, fed samples, no clock) and `limiter/` the
 //! machinery that hands out permits; the limiter imports the algorithms' contract, never the
 //! reverse. Both report [`ConfigError`]. The outbound glue sits beside them: `classify` (outcomes
-//! of finished calls), `queue_timing` (the dependency's report of a call's queueing), `admission` (how a middleware takes its permits), `layer/` and `reqwest`.
+//! of finished calls), `queue_timing` (the dependency's report of a call's queueing),
+//! `admission` (how a middleware takes its permits), `layer/` and `reqwest`. The dependency's
+//! side of queue reports is `worker_queue/`.
 
 #[cfg(any(feature = "tower", feature = "reqwest"))]
 mod admission;
@@ -72,6 +77,8 @@ mod limiter;
 mod queue_timing;
 #[cfg(feature = "reqwest")]
 pub mod reqwest;
+#[cfg(feature = "tower")]
+pub mod worker_queue;
 
 pub use algorithms::{
     Aimd, AimdBuilder, Fixed, Gradient, GradientBuilder, LimitAlgorithm, LimitBounds, MAX_LIMIT,

@@ -24,7 +24,9 @@ const SERVER_TIMING: HeaderName = HeaderName::from_static("server-timing");
 /// queue the other instances keep. That is what makes a fleet's shares even (see the guide's
 /// "When the dependency reports its queue").
 ///
-/// The dependency's side is [`header_value`](Self::header_value): the header to answer with.
+/// The dependency's side is [`append`](Self::append) (or [`header_value`](Self::header_value)):
+/// the header to answer with; a tower service that serves its requests a few at a time can let
+/// `vegas::worker_queue::WorkerQueueLayer` (feature `tower`) queue them and answer the header.
 /// The report must cover the whole wait, from the moment the request joined the queue to the
 /// moment a worker took it: a dependency that reports less hides that much of its queue from
 /// Vegas. A report as long as the round trip or longer cannot be true and counts as none.
@@ -91,6 +93,28 @@ impl QueueTiming {
         let millis = queued.as_secs_f64() * 1e3;
         HeaderValue::try_from(format!("{};dur={millis:.3}", self.metric))
             .expect("a token, ';dur=' and a decimal number are valid header characters")
+    }
+
+    /// Appends the report of a wait of `queued` to `headers`, as a `Server-Timing` field of its
+    /// own, beside any metrics already there: how a dependency that queues its requests
+    /// answers.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use flowguard::vegas::QueueTiming;
+    ///
+    /// let timing = QueueTiming::server_timing("queue")?;
+    /// let mut response = http::Response::new(());
+    /// response.headers_mut().insert("server-timing", "db;dur=4".parse()?);
+    /// timing.append(response.headers_mut(), Duration::from_millis(12));
+    ///
+    /// let fields: Vec<_> = response.headers().get_all("server-timing").iter().collect();
+    /// assert_eq!(fields, ["db;dur=4", "queue;dur=12.000"]);
+    /// assert_eq!(timing.read(response.headers()), Some(Duration::from_millis(12)));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn append(&self, headers: &mut HeaderMap, queued: Duration) {
+        headers.append(SERVER_TIMING, self.header_value(queued));
     }
 
     /// The duration of `entry` (`name;param=value;...`) if it is this metric with a valid `dur`;

@@ -17,3 +17,4 @@ mod limiter_props;
 mod over_reqwest;
 mod partitions;
 mod quota_signals;
+mod worker_queue;

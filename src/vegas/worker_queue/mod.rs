@@ -1,0 +1,64 @@
+//! The dependency's side of queue reports (feature `tower`): a tower middleware for an HTTP
+//! service that serves at most `workers` requests at a time, queues the others in arrival order,
+//! and answers each one with how long it waited for a worker, as a `Server-Timing` metric
+//! (`Server-Timing: queue;dur=3.200`).
+//!
+//! The instances that call the service read that report with
+//! [`HttpClassifier::queue_timing`](crate::vegas::HttpClassifier::queue_timing) and learn the
+//! service's unloaded round-trip time from it, whatever queue the other instances keep: that is
+//! what keeps a fleet's shares even, and what keeps a lone instance at the service's capacity on
+//! a host whose own delays come and go (see the guide's "When the dependency reports its queue").
+//!
+//! - [`WorkerQueueLayer`]: the configuration (workers, metric, clock), built with
+//!   [`WorkerQueueLayer::new`] or [`WorkerQueueLayer::builder`].
+//! - [`WorkerQueueService`]: always ready; each call waits for a worker inside its future, so
+//!   the wait is timed from the moment the request reached the layer.
+//!
+//! A service that already bounds its own concurrency (a thread pool, a pool of database
+//! connections) can report its own wait instead, with
+//! [`QueueTiming::append`](crate::vegas::QueueTiming::append).
+//!
+//! ```
+//! use std::time::Duration;
+//! use flowguard::vegas::QueueTiming;
+//! use flowguard::vegas::worker_queue::WorkerQueueLayer;
+//! use tower::{ServiceBuilder, ServiceExt, service_fn};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+//! let timing = QueueTiming::server_timing("queue")?;
+//! // With axum: `Router::new().route(..).layer(WorkerQueueLayer::new(4, timing)?)`.
+//! let service = ServiceBuilder::new()
+//!     .layer(WorkerQueueLayer::new(4, timing.clone())?)
+//!     .service(service_fn(|_request: http::Request<()>| async {
+//!         Ok::<_, std::convert::Infallible>(http::Response::new("done"))
+//!     }));
+//!
+//! let response = service.oneshot(http::Request::new(())).await?;
+//! // `server-timing: queue;dur=0.004`: a worker was free, the wait was microseconds.
+//! let waited: Duration = timing.read(response.headers()).expect("every answer reports its wait");
+//! # let _ = waited;
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! # What the wait covers
+//!
+//! The clock starts when the layer is called and stops when the inner service is called, so the
+//! report covers the wait for a worker and for the inner service to be ready. Place the layer
+//! outside everything else that may wait (outermost, or just inside tracing and the quota): a
+//! wait before it, in the kernel's accept queue or in a layer outside it, is not reported, and
+//! the callers take that much of the queue for the service's own time. A worker is held until
+//! the inner service's response head is ready (or its error); the body is sent after the worker
+//! is free.
+//!
+//! A request that is dropped while it waits (its client went away, a timeout outside the layer)
+//! leaves the queue and takes no worker. The queue itself is unbounded, as a server's accept
+//! queue is: the callers bound it, with their deadlines and their own concurrency limits.
+
+mod layer;
+mod queue;
+mod service;
+
+pub use layer::{WorkerQueueLayer, WorkerQueueLayerBuilder};
+pub use service::{ResponseFuture, WorkerQueueService};

@@ -1,0 +1,102 @@
+//! [`WorkerQueueService`]: waits for a worker inside each call's future, times the wait, and
+//! reports it on the response.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use http::{Request, Response};
+use tower::{Service, ServiceExt};
+
+use super::queue::{Queue, Waiting};
+
+/// The future of a [`WorkerQueueService`] call: waits for a worker and for the inner service to
+/// be ready, calls it, and answers its response with the wait in `Server-Timing`. Dropped before
+/// it is done, it leaves the queue (or frees its worker).
+pub type ResponseFuture<R, E> = Pin<Box<dyn Future<Output = Result<R, E>> + Send>>;
+
+/// Serves the inner service's calls a few at a time; from [`WorkerQueueLayer`](super::WorkerQueueLayer).
+///
+/// Always ready: a call joins the queue when it is made, so its wait is timed from then, and
+/// the service never pushes back on the server that accepted the request. Each call runs on a
+/// clone of the inner service (cheap for an axum `Router` or a `service_fn`), which is driven to
+/// readiness once the call holds a worker.
+pub struct WorkerQueueService<S> {
+    inner: S,
+    queue: Arc<Queue>,
+}
+
+impl<S> WorkerQueueService<S> {
+    pub(super) fn new(inner: S, queue: Arc<Queue>) -> Self {
+        Self { inner, queue }
+    }
+
+    /// The wrapped service.
+    pub fn get_ref(&self) -> &S {
+        &self.inner
+    }
+}
+
+impl<S: Clone> Clone for WorkerQueueService<S> {
+    fn clone(&self) -> Self {
+        Self {
+            inner: self.inner.clone(),
+            queue: self.queue.clone(),
+        }
+    }
+}
+
+impl<S: std::fmt::Debug> std::fmt::Debug for WorkerQueueService<S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WorkerQueueService")
+            .field("inner", &self.inner)
+            .field("workers", &self.queue.capacity)
+            .field("timing", &self.queue.timing)
+            .finish()
+    }
+}
+
+impl<S, B, ResBody> Service<Request<B>> for WorkerQueueService<S>
+where
+    S: Service<Request<B>, Response = Response<ResBody>> + Clone + Send + 'static,
+    S::Future: Send,
+    B: Send + 'static,
+{
+    type Response = Response<ResBody>;
+    type Error = S::Error;
+    type Future = ResponseFuture<Response<ResBody>, S::Error>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, request: Request<B>) -> Self::Future {
+        let arrived = self.queue.clock.now_nanos();
+        // The clone that was made ready is the one to call; keep a fresh clone for the next call
+        // (tower's documented pattern for services that call their inner service in a future).
+        let fresh = self.inner.clone();
+        let inner = std::mem::replace(&mut self.inner, fresh);
+        let queue = self.queue.clone();
+        Box::pin(async move {
+            let worker = match queue.workers.clone().try_acquire_owned() {
+                Ok(worker) => worker,
+                Err(_) => {
+                    let _waiting = Waiting::join(&queue);
+                    match queue.workers.clone().acquire_owned().await {
+                        Ok(worker) => worker,
+                        Err(_) => unreachable!("the queue's semaphore is never closed"),
+                    }
+                }
+            };
+            let mut inner = inner;
+            let ready = inner.ready().await?;
+            let queued = Duration::from_nanos(queue.clock.now_nanos().saturating_sub(arrived));
+            let mut response = ready.call(request).await?;
+            drop(worker);
+            queue.timing.append(response.headers_mut(), queued);
+            Ok(response)
+        })
+    }
+}

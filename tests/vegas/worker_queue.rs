@@ -1,0 +1,297 @@
+//! The dependency's side of queue reports: `WorkerQueueLayer` serves at most its workers at once,
+//! queues the rest in arrival order, reports each request's wait in `Server-Timing`, leaves
+//! nothing behind when a request is dropped, and keeps the service's own answer. On a manual
+//! clock, so every reported wait is exact; the last test runs it behind a real axum server and
+//! reads the reports with the outbound reqwest middleware.
+#![cfg(feature = "tower")]
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use flowguard::clock::ManualClock;
+use flowguard::vegas::worker_queue::{WorkerQueueLayer, WorkerQueueService};
+use flowguard::vegas::{ConfigError, MAX_LIMIT, QueueTiming};
+use http::{Request, Response};
+use parking_lot::Mutex;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+use tower::{Layer, Service, service_fn};
+
+fn timing() -> QueueTiming {
+    QueueTiming::server_timing("queue").unwrap()
+}
+
+/// Yields to the runtime until `done` holds (at most 1,000 times: the tasks it waits for only
+/// need to be polled, never a timer).
+async fn settle(done: impl Fn() -> bool) {
+    for _ in 0..1_000 {
+        if done() {
+            return;
+        }
+        tokio::task::yield_now().await;
+    }
+    panic!("the spawned calls did not get there");
+}
+
+/// The service behind the layer: request `id` records that it started, then answers once its
+/// gate opens. Also tracks how many run at once, and the most that ever did.
+#[derive(Clone, Default)]
+struct Gated {
+    started: Arc<Mutex<Vec<usize>>>,
+    running: Arc<AtomicUsize>,
+    most: Arc<AtomicUsize>,
+}
+
+type Gate = (usize, oneshot::Receiver<()>);
+
+impl Gated {
+    fn service(
+        &self,
+    ) -> impl Service<Request<Gate>, Response = Response<()>, Error = Infallible, Future: Send>
+    + Clone
+    + Send
+    + 'static {
+        let this = self.clone();
+        service_fn(move |request: Request<Gate>| {
+            let this = this.clone();
+            async move {
+                let (id, gate) = request.into_body();
+                this.started.lock().push(id);
+                let now = this.running.fetch_add(1, Ordering::SeqCst) + 1;
+                this.most.fetch_max(now, Ordering::SeqCst);
+                let _ = gate.await;
+                this.running.fetch_sub(1, Ordering::SeqCst);
+                Ok::<_, Infallible>(Response::new(()))
+            }
+        })
+    }
+}
+
+/// Makes call `id` now (its wait is timed from here) and drives it on a task of its own: the
+/// gate that lets the service answer it, and the task, whose output is the reported wait.
+fn spawn_call<S>(service: &mut S, id: usize) -> (oneshot::Sender<()>, JoinHandle<Duration>)
+where
+    S: Service<Request<Gate>, Response = Response<()>, Error = Infallible>,
+    S::Future: Send + 'static,
+{
+    let (open, gate) = oneshot::channel();
+    let call = service.call(Request::new((id, gate)));
+    let task = tokio::spawn(async move {
+        let response = call.await.unwrap();
+        timing()
+            .read(response.headers())
+            .expect("every answer reports its wait")
+    });
+    (open, task)
+}
+
+fn queue_on(clock: &ManualClock, workers: usize) -> WorkerQueueLayer {
+    WorkerQueueLayer::builder(workers, timing())
+        .clock(clock.clone())
+        .build()
+        .unwrap()
+}
+
+/// A manual clock, a layer of `workers` on it, and a gated service to put behind it.
+fn gated_queue(workers: usize) -> (ManualClock, WorkerQueueLayer, Gated) {
+    let clock = ManualClock::new();
+    let queue = queue_on(&clock, workers);
+    (clock, queue, Gated::default())
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_request_that_waits_for_a_worker_reports_its_wait() {
+    let (clock, queue, gated) = gated_queue(1);
+    let mut service = queue.layer(gated.service());
+
+    let (open_first, first) = spawn_call(&mut service, 0);
+    settle(|| queue.busy() == 1).await;
+    clock.advance(Duration::from_millis(3)); // the second arrives 3 ms later
+    let (open_second, second) = spawn_call(&mut service, 1);
+    settle(|| queue.waiting() == 1).await;
+    assert_eq!(*gated.started.lock(), [0], "one worker serves one call");
+
+    clock.advance(Duration::from_micros(4_250));
+    open_first.send(()).unwrap();
+    assert_eq!(first.await.unwrap(), Duration::ZERO);
+    settle(|| queue.waiting() == 0 && queue.busy() == 1).await;
+    clock.advance(Duration::from_millis(10)); // its service time is not part of the wait
+    open_second.send(()).unwrap();
+    assert_eq!(second.await.unwrap(), Duration::from_micros(4_250));
+    assert_eq!((queue.busy(), queue.waiting()), (0, 0));
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn never_more_calls_than_workers_and_the_queue_is_served_in_arrival_order() {
+    let (clock, queue, gated) = gated_queue(2);
+    let mut service = queue.layer(gated.service());
+    let calls: Vec<_> = (0..6).map(|id| spawn_call(&mut service, id)).collect();
+    settle(|| queue.busy() == 2 && queue.waiting() == 4).await;
+
+    // Each call answers 1 ms after the one before it; the next in line takes its worker.
+    let mut waits = Vec::new();
+    for (open, task) in calls {
+        clock.advance(Duration::from_millis(1));
+        open.send(()).unwrap();
+        waits.push(task.await.unwrap());
+    }
+    let ms = Duration::from_millis;
+    assert_eq!(waits, [ms(0), ms(0), ms(1), ms(2), ms(3), ms(4)]);
+    assert_eq!(*gated.started.lock(), [0, 1, 2, 3, 4, 5]);
+    assert_eq!(gated.most.load(Ordering::SeqCst), 2);
+    assert_eq!((queue.busy(), queue.waiting()), (0, 0));
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_request_dropped_while_it_waits_or_is_served_leaves_nothing_behind() {
+    let (_clock, queue, gated) = gated_queue(1);
+    let mut service = queue.layer(gated.service());
+
+    let (_open_served, served) = spawn_call(&mut service, 0);
+    let (_open_waiting, waiting) = spawn_call(&mut service, 1);
+    settle(|| queue.busy() == 1 && queue.waiting() == 1).await;
+    waiting.abort(); // its client went away while it queued
+    assert!(waiting.await.unwrap_err().is_cancelled());
+    assert_eq!(queue.waiting(), 0);
+    served.abort(); // and this one while it was served
+    assert!(served.await.unwrap_err().is_cancelled());
+    assert_eq!((queue.busy(), queue.waiting()), (0, 0));
+
+    // The worker is free again, and the next call takes it at once.
+    let (open, next) = spawn_call(&mut service, 2);
+    open.send(()).unwrap();
+    assert_eq!(next.await.unwrap(), Duration::ZERO);
+    assert_eq!(
+        *gated.started.lock(),
+        [0, 2],
+        "the dropped waiter never ran"
+    );
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn the_report_joins_the_services_own_metrics_and_errors_pass_through() {
+    let queue = queue_on(&ManualClock::new(), 1);
+    let mut service = queue.layer(service_fn(|request: Request<bool>| async move {
+        if *request.body() {
+            return Err("the service failed");
+        }
+        Ok(Response::builder()
+            .header("server-timing", "app;dur=7")
+            .body(())
+            .unwrap())
+    }));
+    let response = service.call(Request::new(false)).await.unwrap();
+    let fields: Vec<_> = response.headers().get_all("server-timing").iter().collect();
+    assert_eq!(fields.len(), 2);
+    assert_eq!(fields[0], "app;dur=7");
+    assert_eq!(timing().read(response.headers()), Some(Duration::ZERO));
+
+    // Always ready: no `ready()` needed before a call.
+    let error = service.call(Request::new(true)).await.unwrap_err();
+    assert_eq!(error, "the service failed");
+    assert_eq!(queue.busy(), 0, "a failed call frees its worker");
+}
+
+#[test]
+fn a_worker_count_of_zero_or_above_the_largest_limit_is_refused() {
+    let zero = WorkerQueueLayer::new(0, timing()).unwrap_err();
+    assert_eq!(zero, ConfigError::ZeroCount { field: "workers" });
+    assert_eq!(zero.to_string(), "`workers` is 0; it must be at least 1");
+    let huge = WorkerQueueLayer::new(MAX_LIMIT + 1, timing()).unwrap_err();
+    assert_eq!(
+        huge,
+        ConfigError::LimitTooLarge {
+            field: "workers",
+            value: MAX_LIMIT + 1,
+            max: MAX_LIMIT
+        }
+    );
+    let layer = WorkerQueueLayer::new(MAX_LIMIT, timing()).unwrap();
+    assert_eq!((layer.workers(), layer.busy()), (MAX_LIMIT, 0));
+    assert_eq!(layer.timing().metric(), "queue");
+}
+
+/// Every clone of a service, and every service of one layer, shares the one set of workers.
+#[tokio::test(flavor = "current_thread")]
+async fn clones_and_services_of_one_layer_share_its_workers() {
+    let (clock, queue, gated) = gated_queue(1);
+    let mut one: WorkerQueueService<_> = queue.layer(gated.service());
+    let mut clone = one.clone();
+    let mut other = queue.layer(gated.service());
+    let (open_a, a) = spawn_call(&mut one, 0);
+    let (open_b, b) = spawn_call(&mut clone, 1);
+    let (open_c, c) = spawn_call(&mut other, 2);
+    settle(|| queue.busy() == 1 && queue.waiting() == 2).await;
+    for (open, task) in [(open_a, a), (open_b, b), (open_c, c)] {
+        clock.advance(Duration::from_millis(2));
+        open.send(()).unwrap();
+        task.await.unwrap();
+    }
+    assert_eq!(gated.most.load(Ordering::SeqCst), 1);
+}
+
+/// End to end: an axum server whose router sits behind the layer, and a client whose limiter
+/// reads the reports through the reqwest middleware. The third of three calls waits 7 ms on the
+/// server's manual clock while two workers are busy; the client's algorithm receives that wait
+/// with the success, and the others' wait of zero.
+#[cfg(all(feature = "axum", feature = "reqwest"))]
+#[tokio::test]
+async fn a_client_reads_the_wait_over_http() {
+    use crate::common::Scripted;
+    use flowguard::vegas::reqwest::AdaptiveConcurrencyMiddleware;
+    use flowguard::vegas::{HttpClassifier, Limiter};
+    use tokio::sync::Semaphore;
+
+    let clock = ManualClock::new();
+    let queue = queue_on(&clock, 2);
+    let answers = Arc::new(Semaphore::new(0)); // the handler answers once the test lets it
+    let app = axum::Router::new()
+        .route(
+            "/",
+            axum::routing::get({
+                let answers = answers.clone();
+                move || async move { answers.acquire().await.unwrap().forget() }
+            }),
+        )
+        .layer(queue.clone());
+    let url = crate::support::serve::serve(app).await;
+
+    let algorithm = Scripted::new(8, &[]);
+    let reported = algorithm.queued.clone();
+    let limiter = Limiter::builder(algorithm).build().unwrap();
+    let client = reqwest_middleware::ClientBuilder::new(reqwest::Client::new())
+        .with(
+            AdaptiveConcurrencyMiddleware::builder(limiter.clone())
+                .classifier(HttpClassifier::new().queue_timing(timing()))
+                .build()
+                .unwrap(),
+        )
+        .build();
+    let calls: Vec<_> = (0..3)
+        .map(|_| {
+            let (client, url) = (client.clone(), url.clone());
+            tokio::spawn(async move { client.get(url).send().await.unwrap().status() })
+        })
+        .collect();
+    // Real sockets: the requests arrive when they arrive, so wait for them (bounded) on the
+    // server's own counts, then move its clock while the third queues.
+    for _ in 0..10_000 {
+        if queue.busy() == 2 && queue.waiting() == 1 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    assert_eq!((queue.busy(), queue.waiting()), (2, 1));
+    clock.advance(Duration::from_millis(7));
+    answers.add_permits(3);
+    for call in calls {
+        assert_eq!(call.await.unwrap(), 200);
+    }
+    let mut reported = reported.lock().clone();
+    reported.sort();
+    let ms = Duration::from_millis;
+    assert_eq!(reported, [ms(0), ms(0), ms(7)]);
+    assert_eq!(limiter.in_flight(), 0);
+}
