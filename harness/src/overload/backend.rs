@@ -8,6 +8,11 @@
 //! never cancelled: a client that gave up still gets its request served when its turn comes, as by
 //! a server that never learns of the cancellation; that work is counted as `abandoned`.
 //!
+//! With `--queue layer`, the queue and the report are flowguard's own `WorkerQueueLayer` in front
+//! of a handler that sleeps the service time, as a service would use it; the worker count cannot
+//! step then. A request whose client went away leaves that queue (hyper drops its handler), where
+//! the backend's own queue serves it anyway.
+//!
 //! `POST /run` starts a run: the step clock restarts, and requests still queued from an earlier run
 //! are discarded unserved (`stale`). It answers the configuration as JSON. `GET /stats` answers the
 //! counts of the current run.
@@ -18,12 +23,13 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use axum::Router;
-use axum::extract::State;
+use axum::extract::{Extension, Request, State};
 use axum::http::HeaderName;
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use flowguard::vegas::QueueTiming;
+use flowguard::vegas::worker_queue::WorkerQueueLayer;
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, oneshot};
 
@@ -49,6 +55,30 @@ pub struct BackendConfig {
     pub service_after: Duration,
     /// Workers from the step on.
     pub workers_after: usize,
+    /// Which queue the requests wait in.
+    pub queue: BackendQueue,
+}
+
+/// Which queue `GET /work` requests wait in for a worker.
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum BackendQueue {
+    /// The backend's own: a FIFO channel that worker tasks take requests from, the worker count
+    /// able to step; a request is served even after its client gave up.
+    #[default]
+    Own,
+    /// flowguard's `WorkerQueueLayer` around the handler: a fixed worker count; a request whose
+    /// client gave up leaves the queue.
+    Layer,
+}
+
+impl BackendQueue {
+    /// The flag's value (and the JSON's).
+    pub fn name(self) -> &'static str {
+        match self {
+            BackendQueue::Own => "own",
+            BackendQueue::Layer => "layer",
+        }
+    }
 }
 
 impl Default for BackendConfig {
@@ -60,6 +90,7 @@ impl Default for BackendConfig {
             step_at: Some(Duration::from_secs(10)),
             service_after: Duration::from_millis(25),
             workers_after: 4,
+            queue: BackendQueue::Own,
         }
     }
 }
@@ -88,6 +119,10 @@ pub struct BackendFlags {
     /// Workers from the step on [default: --workers]
     #[arg(long = "workers-to", value_name = "M", value_parser = cli::positive::<usize>)]
     pub workers_to: Option<usize>,
+    /// Where requests wait for a worker: the backend's own queue, or flowguard's
+    /// WorkerQueueLayer (no worker step)
+    #[arg(long, value_enum, default_value_t = BackendQueue::Own)]
+    pub queue: BackendQueue,
 }
 
 impl BackendFlags {
@@ -99,6 +134,7 @@ impl BackendFlags {
             step_at: self.step_at.0,
             service_after: Duration::from_secs_f64(self.step_to / 1e3),
             workers_after: self.workers_to.unwrap_or(self.workers),
+            queue: self.queue,
         }
     }
 }
@@ -151,7 +187,20 @@ impl BackendConfig {
             millis(self.service_after).to_string(),
             "--step-at".into(),
             StepAt(self.step_at).to_string(),
+            "--queue".into(),
+            self.queue.name().into(),
         ]
+    }
+
+    /// Whether a backend can serve this configuration: `--queue layer` has a fixed worker count.
+    pub fn check(&self) -> Result<(), String> {
+        if self.queue == BackendQueue::Layer && self.workers_after != self.workers {
+            return Err(format!(
+                "--queue layer serves a fixed number of workers; drop --workers-to {} or use --queue own",
+                self.workers_after
+            ));
+        }
+        Ok(())
     }
 
     /// Whether `since_start` is at or after the step.
@@ -190,6 +239,7 @@ impl BackendConfig {
             "step_at_s": self.step_at.map(|at| at.as_secs_f64()),
             "service_after_ms": self.service_after.as_secs_f64() * 1e3,
             "workers_after": self.workers_after,
+            "queue": self.queue.name(),
         })
     }
 
@@ -217,7 +267,18 @@ impl BackendConfig {
             serde_json::Value::Null => None,
             _ => Some(Duration::from_secs_f64(number("step_at_s")?)),
         };
+        // Reports written before there was a choice of queue lack the field: the backend's own.
+        let queue = match json.get("queue").and_then(serde_json::Value::as_str) {
+            None | Some("own") => BackendQueue::Own,
+            Some("layer") => BackendQueue::Layer,
+            Some(other) => {
+                return Err(format!(
+                    "backend configuration: `queue` is `{other}`, not `own` or `layer`"
+                ));
+            }
+        };
         Ok(Self {
+            queue,
             workers: count("workers")?,
             service: Duration::from_secs_f64(number("service_ms")? / 1e3),
             step_at,
@@ -242,7 +303,7 @@ pub struct BackendArgs {
 }
 
 /// The usage line of a backend process, after its program name.
-pub const BACKEND_USAGE: &str = "[--port P] [--workers N] [--service-ms S] [--step-at SEC|none] [--step-to MS] [--workers-to M]";
+pub const BACKEND_USAGE: &str = "[--port P] [--workers N] [--service-ms S] [--step-at SEC|none] [--step-to MS] [--workers-to M] [--queue own|layer]";
 
 /// Runs a backend with `args`: binds loopback, prints `listening on http://ADDR/` as its first
 /// line of standard output, serves until killed (or, with `--exit-with-stdin`, until its
@@ -251,6 +312,7 @@ pub const BACKEND_USAGE: &str = "[--port P] [--workers N] [--service-ms S] [--st
 pub async fn run(args: BackendArgs) -> Result<(), String> {
     let (port, exit_with_stdin) = (args.port, args.exit_with_stdin);
     let config = args.backend.config();
+    config.check()?;
     let (listener, addr) = bind(port)
         .await
         .map_err(|e| format!("cannot listen on 127.0.0.1:{port}: {e}"))?;
@@ -340,6 +402,8 @@ struct Shared {
     served: AtomicU64,
     abandoned: AtomicU64,
     stale: AtomicU64,
+    /// With `--queue layer`: the layer, whose counts are the queue's.
+    layered: Option<WorkerQueueLayer>,
 }
 
 impl Shared {
@@ -354,6 +418,15 @@ impl Shared {
 /// Serves the backend on `listener` until the process ends.
 pub async fn serve(listener: TcpListener, config: BackendConfig) -> std::io::Result<()> {
     let (queue, receiver) = mpsc::unbounded_channel();
+    let layered = match config.queue {
+        BackendQueue::Own => None,
+        BackendQueue::Layer => {
+            config.check().map_err(std::io::Error::other)?;
+            let workers = WorkerQueueLayer::new(config.workers, QUEUE_TIMING.clone())
+                .map_err(std::io::Error::other)?;
+            Some(workers)
+        }
+    };
     let shared = Arc::new(Shared {
         config: config.clone(),
         queue,
@@ -366,13 +439,28 @@ pub async fn serve(listener: TcpListener, config: BackendConfig) -> std::io::Res
         served: AtomicU64::new(0),
         abandoned: AtomicU64::new(0),
         stale: AtomicU64::new(0),
+        layered: layered.clone(),
     });
-    let receiver = Arc::new(tokio::sync::Mutex::new(receiver));
-    for index in 0..config.workers.max(config.workers_after) {
-        tokio::spawn(worker(index, shared.clone(), receiver.clone()));
-    }
+    let work_route = match layered {
+        None => {
+            let receiver = Arc::new(tokio::sync::Mutex::new(receiver));
+            for index in 0..config.workers.max(config.workers_after) {
+                tokio::spawn(worker(index, shared.clone(), receiver.clone()));
+            }
+            get(work)
+        }
+        Some(workers) => {
+            // Outermost, the run the request arrived in; then its wait for a worker.
+            get(work_layered)
+                .layer(workers)
+                .layer(axum::middleware::map_request_with_state(
+                    shared.clone(),
+                    stamp_run,
+                ))
+        }
+    };
     let app = Router::new()
-        .route("/work", get(work))
+        .route("/work", work_route)
         .route("/run", post(start_run))
         .route("/stats", get(stats))
         .with_state(shared);
@@ -444,6 +532,46 @@ async fn work(State(shared): State<Arc<Shared>>) -> Response {
     }
 }
 
+/// The run a request arrived in (with `--queue layer`), stamped before it queues.
+#[derive(Clone, Copy)]
+struct ArrivedIn(u64);
+
+async fn stamp_run(State(shared): State<Arc<Shared>>, mut request: Request) -> Request {
+    request
+        .extensions_mut()
+        .insert(ArrivedIn(shared.run().number));
+    request
+}
+
+/// `GET /work` behind `WorkerQueueLayer`: holds a worker for the service time and answers 200;
+/// the layer adds how long the request waited for it. A request of an earlier run is answered 503
+/// at once (`stale`), as the backend's own workers discard it.
+async fn work_layered(
+    State(shared): State<Arc<Shared>>,
+    Extension(arrived): Extension<ArrivedIn>,
+) -> Response {
+    let run = shared.run();
+    if arrived.0 != run.number {
+        shared.stale.fetch_add(1, Ordering::Relaxed);
+        return (StatusCode::SERVICE_UNAVAILABLE, "discarded\n").into_response();
+    }
+    // Dropped before the service time is over: its client went away (hyper drops the handler).
+    let abandoned = Abandoned(&shared.abandoned);
+    tokio::time::sleep(shared.config.service_at(run.started.elapsed())).await;
+    std::mem::forget(abandoned);
+    shared.served.fetch_add(1, Ordering::Relaxed);
+    "ok\n".into_response()
+}
+
+/// Counts a request as abandoned if it is dropped while it holds a worker.
+struct Abandoned<'a>(&'a AtomicU64);
+
+impl Drop for Abandoned<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
 /// `POST /run`: starts a run (step clock at zero, earlier requests discarded), answers the config.
 async fn start_run(State(shared): State<Arc<Shared>>) -> impl IntoResponse {
     {
@@ -462,12 +590,17 @@ async fn start_run(State(shared): State<Arc<Shared>>) -> impl IntoResponse {
 
 /// `GET /stats`: the counts of the current run.
 async fn stats(State(shared): State<Arc<Shared>>) -> impl IntoResponse {
-    let enqueued = shared.enqueued.load(Ordering::Relaxed);
-    let done = shared.done.load(Ordering::Relaxed);
+    let queued = match &shared.layered {
+        Some(layer) => (layer.busy() + layer.waiting()) as u64,
+        None => {
+            let enqueued = shared.enqueued.load(Ordering::Relaxed);
+            enqueued.saturating_sub(shared.done.load(Ordering::Relaxed))
+        }
+    };
     let stats = BackendStats {
         served: shared.served.load(Ordering::Relaxed),
         abandoned: shared.abandoned.load(Ordering::Relaxed),
-        queued: enqueued.saturating_sub(done),
+        queued,
         stale: shared.stale.load(Ordering::Relaxed),
     };
     json_response(stats.to_json())
@@ -511,6 +644,8 @@ mod tests {
             "2.5",
             "--step-to",
             "12.5",
+            "--queue",
+            "own",
         ])
         .unwrap();
         assert_eq!(config.workers, 8);
@@ -520,6 +655,27 @@ mod tests {
         let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
         assert_eq!(parse(&flags).unwrap(), config);
         assert_eq!(BackendConfig::from_json(&config.to_json()).unwrap(), config);
+    }
+
+    #[test]
+    fn the_layer_queue_round_trips_and_refuses_a_worker_step() {
+        let config = parse(&["--queue", "layer", "--workers", "6"]).unwrap();
+        assert_eq!(config.queue, BackendQueue::Layer);
+        assert_eq!(config.check(), Ok(()));
+        let flags = config.to_flags();
+        let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+        assert_eq!(parse(&flags).unwrap(), config);
+        assert_eq!(BackendConfig::from_json(&config.to_json()).unwrap(), config);
+        let stepped = parse(&["--queue", "layer", "--workers-to", "2"]).unwrap();
+        assert!(stepped.check().unwrap_err().contains("--workers-to 2"));
+        // A report from before the choice of queue reads as the backend's own.
+        let mut old = BackendConfig::default().to_json();
+        old.as_object_mut().unwrap().remove("queue");
+        assert_eq!(
+            BackendConfig::from_json(&old).unwrap().queue,
+            BackendQueue::Own
+        );
+        assert!(parse(&["--queue", "mine"]).unwrap_err().contains("--queue"));
     }
 
     #[test]
