@@ -26,6 +26,13 @@
 //! - `tower_concurrency_limit`: tower's fixed `ConcurrencyLimitLayer` (limit 100): a semaphore
 //!   permit and nothing measured, the floor.
 //!
+//! Group `worker_queue` (a dependency that reports its queue, on a server):
+//! - `flowguard`: `vegas::worker_queue::WorkerQueueLayer` with 100 workers: a semaphore permit
+//!   taken inside a boxed future on a clone of the inner service, the wait timed, and
+//!   `Server-Timing: queue;dur=...` formatted and appended to the response.
+//! - `tower_concurrency_limit`: tower's fixed `ConcurrencyLimitLayer` (limit 100): the same
+//!   bound, nothing timed or reported.
+//!
 //! `cargo bench -p flowguard-harness --bench http_layer` prints criterion's estimates, then the
 //! ratios flowguard/peer from criterion's means and medians and from paired rounds (each round
 //! times the three back to back, so a burst of interference on a shared machine cannot land on
@@ -41,7 +48,8 @@ use criterion::{Criterion, criterion_group};
 use flowguard::gcra::Quota;
 use flowguard::gcra::layer::{HeaderKey, Policy, QuotaLayer};
 use flowguard::vegas::layer::AdaptiveConcurrencyLayer;
-use flowguard::vegas::{LimitBounds, Limiter, Vegas};
+use flowguard::vegas::worker_queue::WorkerQueueLayer;
+use flowguard::vegas::{LimitBounds, Limiter, QueueTiming, Vegas};
 use http::{Request, Response};
 use tower::{Layer, Service, ServiceExt};
 
@@ -290,7 +298,47 @@ fn outbound(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, inbound, outbound);
+/// `WorkerQueueLayer` with 100 workers, reporting under `queue`.
+fn worker_queue() -> impl Service<Request<()>, Response = Response<()>, Error: std::fmt::Debug> {
+    let timing = QueueTiming::server_timing("queue").expect("a token");
+    WorkerQueueLayer::new(100, timing)
+        .expect("valid workers")
+        .layer(Ok200)
+}
+
+fn worker_queue_group(c: &mut Criterion) {
+    let mut group = c.benchmark_group("worker_queue");
+    let runtime = runtime();
+    let mut service = worker_queue();
+    group.bench_function("flowguard", |b| {
+        b.iter_custom(|iters| runtime.block_on(run(&mut service, iters)))
+    });
+    let mut service = tower_concurrency_limit();
+    group.bench_function("tower_concurrency_limit", |b| {
+        b.iter_custom(|iters| runtime.block_on(run(&mut service, iters)))
+    });
+    group.finish();
+}
+
+criterion_group!(benches, inbound, outbound, worker_queue_group);
+
+/// Median over `rounds` paired rounds of: ns per request of `WorkerQueueLayer`, tower's
+/// `ConcurrencyLimit` and the bare inner service, and the ratios to the first.
+fn paired_worker_queue(rounds: usize) -> [f64; 5] {
+    const ITERS: u64 = 100_000;
+    let runtime = runtime();
+    let (mut ours, mut fixed, mut bare) = (worker_queue(), tower_concurrency_limit(), Ok200);
+    support::paired_medians(rounds, |side| {
+        let took = runtime.block_on(async {
+            match side {
+                0 => run(&mut ours, ITERS).await,
+                1 => run(&mut fixed, ITERS).await,
+                _ => run(&mut bare, ITERS).await,
+            }
+        });
+        took.as_secs_f64() * 1e9 / ITERS as f64
+    })
+}
 
 /// Median over `rounds` paired rounds of: ns per request of flowguard, tower-acc and tower's
 /// `ConcurrencyLimit`, and the per-round ratios flowguard/tower-acc and flowguard/tower. Each
@@ -320,6 +368,7 @@ fn main() {
         ("inbound", "tower_governor"),
         ("outbound", "tower_acc"),
         ("outbound", "tower_concurrency_limit"),
+        ("worker_queue", "tower_concurrency_limit"),
     ] {
         let stats = [
             ("mean", support::mean_ns as fn(_, &str, &str) -> _),
@@ -353,16 +402,22 @@ fn main() {
             );
         }
     }
-    if !wants("outbound") {
-        return;
+    if wants("outbound") {
+        let [f, acc, fixed, ratio_acc, ratio_fixed] = paired(ROUNDS);
+        println!(
+            "paired (median of {ROUNDS} rounds) outbound flowguard/tower_acc = {ratio_acc:.2} \
+             ({f:.1} ns / {acc:.1} ns)"
+        );
+        println!(
+            "paired (median of {ROUNDS} rounds) outbound flowguard/tower_concurrency_limit = \
+             {ratio_fixed:.2} ({f:.1} ns / {fixed:.1} ns)"
+        );
     }
-    let [f, acc, fixed, ratio_acc, ratio_fixed] = paired(ROUNDS);
-    println!(
-        "paired (median of {ROUNDS} rounds) outbound flowguard/tower_acc = {ratio_acc:.2} \
-         ({f:.1} ns / {acc:.1} ns)"
-    );
-    println!(
-        "paired (median of {ROUNDS} rounds) outbound flowguard/tower_concurrency_limit = \
-         {ratio_fixed:.2} ({f:.1} ns / {fixed:.1} ns)"
-    );
+    if wants("worker_queue") {
+        let [f, fixed, bare, ratio_fixed, _] = paired_worker_queue(ROUNDS);
+        println!(
+            "paired (median of {ROUNDS} rounds) worker_queue flowguard/tower_concurrency_limit = \
+             {ratio_fixed:.2} ({f:.1} ns / {fixed:.1} ns; the bare service: {bare:.1} ns)"
+        );
+    }
 }
