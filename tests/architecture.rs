@@ -143,13 +143,15 @@ const LAYERS: &[(&[&str], &[&[&str]])] = &[
         &[&["vegas"], &["vegas", "algorithms"], &["clock"]],
     ),
     // vegas's own files: errors, the outcome classifier and how middleware takes permits; the
-    // classifier shares backoff's view of which errors are transient
+    // classifier shares backoff's view of which errors are transient, the queue report writes
+    // its number as the rate-limit fields do; and the dependency's side, `worker_queue`
     (
         &["vegas"],
         &[
             &["vegas", "limiter"],
             &["vegas", "algorithms"],
             &["backoff"],
+            &["headers"],
             &["clock"],
         ],
     ),

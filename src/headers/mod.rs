@@ -50,6 +50,7 @@
 //! # Ok::<(), flowguard::headers::FieldError>(())
 //! ```
 
+mod decimal;
 mod error;
 mod legacy;
 mod name;
@@ -62,6 +63,7 @@ mod structured;
 mod style;
 mod wait;
 
+pub(crate) use decimal::Decimal;
 pub use error::FieldError;
 pub use legacy::LegacyReset;
 pub use name::PolicyName;

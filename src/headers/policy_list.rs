@@ -8,6 +8,7 @@ use parking_lot::Mutex;
 
 use http::{HeaderMap, HeaderValue};
 
+use super::decimal::Decimal;
 use super::legacy;
 use super::names::{RATELIMIT, RATELIMIT_POLICY};
 use super::policy::QuotaPolicy;
@@ -190,36 +191,6 @@ impl PolicyList {
         value.extend_from_slice(reset.as_bytes());
         // Exactly as long as its capacity: the value takes the vector's buffer as it is.
         HeaderValue::try_from(value).ok()
-    }
-}
-
-/// A number's decimal digits, on the stack.
-struct Decimal {
-    digits: [u8; 20],
-    start: usize,
-}
-
-impl Decimal {
-    fn new(mut n: u64) -> Decimal {
-        let mut digits = [0u8; 20];
-        let mut start = digits.len();
-        loop {
-            start -= 1;
-            digits[start] = b'0' + (n % 10) as u8;
-            n /= 10;
-            if n == 0 {
-                break;
-            }
-        }
-        Decimal { digits, start }
-    }
-
-    fn as_bytes(&self) -> &[u8] {
-        &self.digits[self.start..]
-    }
-
-    fn len(&self) -> usize {
-        self.digits.len() - self.start
     }
 }
 

@@ -8,6 +8,7 @@ use std::time::Duration;
 use http::{HeaderMap, HeaderName, HeaderValue};
 
 use super::error::ConfigError;
+use crate::headers::Decimal;
 
 /// `Server-Timing` (the `http` crate has no constant for it).
 const SERVER_TIMING: HeaderName = HeaderName::from_static("server-timing");
@@ -91,13 +92,15 @@ impl QueueTiming {
     /// beside other metrics).
     pub fn header_value(&self, queued: Duration) -> HeaderValue {
         // Whole microseconds, rounded half up, written digit by digit: a server writes this on
-        // every answer, and `format!("{:.3}")` of an `f64` costs several times as much.
+        // every answer, and `format!("{:.3}")` of an `f64` costs several times as much. A wait
+        // of more than u64::MAX ms (585 million years) is written as that.
         let micros = (queued.as_nanos() + 500) / 1_000;
-        let (millis, fraction) = (micros / 1_000, (micros % 1_000) as u16);
-        let mut value = Vec::with_capacity(self.metric.len() + ";dur=".len() + 44);
+        let millis = Decimal::new(u64::try_from(micros / 1_000).unwrap_or(u64::MAX));
+        let fraction = (micros % 1_000) as u16;
+        let mut value = Vec::with_capacity(self.metric.len() + ";dur=".len() + millis.len() + 4);
         value.extend_from_slice(self.metric.as_bytes());
         value.extend_from_slice(b";dur=");
-        push_decimal(&mut value, millis);
+        value.extend_from_slice(millis.as_bytes());
         value.push(b'.');
         for digit in [fraction / 100, fraction / 10 % 10, fraction % 10] {
             value.push(b'0' + digit as u8);
@@ -157,21 +160,6 @@ impl fmt::Debug for QueueTiming {
             .field(&&*self.metric)
             .finish()
     }
-}
-
-/// Appends the decimal digits of `n` to `out`.
-fn push_decimal(out: &mut Vec<u8>, mut n: u128) {
-    let mut digits = [0u8; 39]; // u128::MAX has 39 digits
-    let mut start = digits.len();
-    loop {
-        start -= 1;
-        digits[start] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            break;
-        }
-    }
-    out.extend_from_slice(&digits[start..]);
 }
 
 /// `tchar` of RFC 9110: the characters of an HTTP token.
@@ -248,9 +236,10 @@ mod tests {
         assert_eq!(value(3_200_000), "queue;dur=3.200");
         assert_eq!(value(12_345_678), "queue;dur=12.346");
         assert_eq!(value(999_999_500), "queue;dur=1000.000");
+        // Past u64::MAX ms, the milliseconds saturate (the reader takes none of these anyway).
         assert_eq!(
             queue().header_value(Duration::MAX).to_str().unwrap(),
-            "queue;dur=18446744073709551616000.000"
+            "queue;dur=18446744073709551615.000"
         );
         // Every value agrees with the decimal written by `format!`.
         for nanos in (0..2_000_000u64).step_by(777).chain([u64::MAX]) {
