@@ -213,6 +213,42 @@ fn a_worker_count_of_zero_or_above_the_largest_limit_is_refused() {
     assert_eq!(layer.timing().metric(), "queue");
 }
 
+#[tokio::test(flavor = "current_thread")]
+async fn busy_waiting_and_each_wait_are_exported() {
+    let (recorder, store) = crate::support::recorder::TestRecorder::new();
+    let clock = ManualClock::new();
+    let queue = metrics::with_local_recorder(&recorder, || {
+        WorkerQueueLayer::builder(1, timing())
+            .name("inventory")
+            .clock(clock.clone())
+            .build()
+            .unwrap()
+    });
+    let value = |metric: &str| {
+        store.get(&format!(
+            "flowguard_worker_queue_{metric}{{queue=inventory}}"
+        ))
+    };
+    assert_eq!((value("busy"), value("waiting")), (Some(0.0), Some(0.0)));
+
+    let gated = Gated::default();
+    let mut service = queue.layer(gated.service());
+    let (open_first, first) = spawn_call(&mut service, 0);
+    let (open_second, second) = spawn_call(&mut service, 1);
+    settle(|| queue.busy() == 1 && queue.waiting() == 1).await;
+    assert_eq!((value("busy"), value("waiting")), (Some(1.0), Some(1.0)));
+    clock.advance(Duration::from_millis(5));
+    open_first.send(()).unwrap();
+    first.await.unwrap();
+    settle(|| queue.waiting() == 0).await;
+    assert_eq!((value("busy"), value("waiting")), (Some(1.0), Some(0.0)));
+    open_second.send(()).unwrap();
+    second.await.unwrap();
+    assert_eq!((value("busy"), value("waiting")), (Some(0.0), Some(0.0)));
+    // The test recorder sums a histogram: 0 s for the first call, 5 ms for the second.
+    assert_eq!(value("wait_seconds"), Some(0.005));
+}
+
 /// Every clone of a service, and every service of one layer, shares the one set of workers.
 #[tokio::test(flavor = "current_thread")]
 async fn clones_and_services_of_one_layer_share_its_workers() {

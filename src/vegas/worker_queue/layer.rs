@@ -38,6 +38,7 @@ impl WorkerQueueLayer {
             workers,
             timing,
             clock: None,
+            name: "default".into(),
         }
     }
 
@@ -87,9 +88,16 @@ pub struct WorkerQueueLayerBuilder {
     workers: usize,
     timing: QueueTiming,
     clock: Option<Arc<dyn Clock>>,
+    name: String,
 }
 
 impl WorkerQueueLayerBuilder {
+    /// Names the queue in its [metrics](super#metrics) (label `queue`, default `"default"`).
+    pub fn name(mut self, name: impl Into<String>) -> Self {
+        self.name = name.into();
+        self
+    }
+
     /// Times the waits with `clock` (default: a [`MonotonicClock`]); e.g. a
     /// [`ManualClock`](crate::clock::ManualClock) in tests.
     pub fn clock(mut self, clock: impl Clock + 'static) -> Self {
@@ -98,7 +106,8 @@ impl WorkerQueueLayerBuilder {
     }
 
     /// The layer; [`ConfigError::ZeroCount`] when `workers` is 0 and
-    /// [`ConfigError::LimitTooLarge`] above [`MAX_LIMIT`](crate::vegas::MAX_LIMIT).
+    /// [`ConfigError::LimitTooLarge`] above [`MAX_LIMIT`](crate::vegas::MAX_LIMIT). Registers the
+    /// queue's [metrics](super#metrics) with the `metrics` recorder installed now.
     pub fn build(self) -> Result<WorkerQueueLayer, ConfigError> {
         if self.workers == 0 {
             return Err(ConfigError::ZeroCount { field: "workers" });
@@ -114,7 +123,7 @@ impl WorkerQueueLayerBuilder {
             .clock
             .unwrap_or_else(|| Arc::new(MonotonicClock::new()));
         Ok(WorkerQueueLayer {
-            queue: Arc::new(Queue::new(self.workers, self.timing, clock)),
+            queue: Arc::new(Queue::new(self.workers, self.timing, clock, &self.name)),
         })
     }
 }
@@ -125,6 +134,7 @@ impl fmt::Debug for WorkerQueueLayerBuilder {
             .field("workers", &self.workers)
             .field("timing", &self.timing)
             .field("clock", &self.clock.as_ref().map(|_| "custom"))
+            .field("name", &self.name)
             .finish()
     }
 }

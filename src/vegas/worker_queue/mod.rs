@@ -55,6 +55,17 @@
 //! A request that is dropped while it waits (its client went away, a timeout outside the layer)
 //! leaves the queue and takes no worker. The queue itself is unbounded, as a server's accept
 //! queue is: the callers bound it, with their deadlines and their own concurrency limits.
+//!
+//! # Metrics
+//!
+//! Registered once per layer with the recorder installed when it is built, labelled
+//! `queue = <name>` ([`WorkerQueueLayerBuilder::name`], default `"default"`):
+//!
+//! | metric | kind | meaning |
+//! |---|---|---|
+//! | `flowguard_worker_queue_busy` | gauge | calls holding a worker |
+//! | `flowguard_worker_queue_waiting` | gauge | calls waiting for one |
+//! | `flowguard_worker_queue_wait_seconds` | histogram | each call's wait, as reported |
 
 mod layer;
 mod queue;

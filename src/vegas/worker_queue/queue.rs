@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use tokio::sync::Semaphore;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::clock::Clock;
 use crate::vegas::queue_timing::QueueTiming;
@@ -21,18 +21,73 @@ pub(super) struct Queue {
     pub(super) timing: QueueTiming,
     /// Times the wait.
     pub(super) clock: Arc<dyn Clock>,
+    /// The queue's metric handles.
+    metrics: QueueMetrics,
+}
+
+/// Metric handles of one queue, registered once, labelled `queue = <name>`.
+struct QueueMetrics {
+    busy: metrics::Gauge,
+    waiting: metrics::Gauge,
+    wait: metrics::Histogram,
+}
+
+impl QueueMetrics {
+    fn register(name: &str) -> Self {
+        let name = name.to_owned();
+        let metrics = Self {
+            busy: metrics::gauge!("flowguard_worker_queue_busy", "queue" => name.clone()),
+            waiting: metrics::gauge!("flowguard_worker_queue_waiting", "queue" => name.clone()),
+            wait: metrics::histogram!("flowguard_worker_queue_wait_seconds", "queue" => name),
+        };
+        metrics.busy.set(0.0);
+        metrics.waiting.set(0.0);
+        metrics
+    }
 }
 
 impl Queue {
-    /// `capacity` idle workers (at least 1, checked by the builder), no one waiting.
-    pub(super) fn new(capacity: usize, timing: QueueTiming, clock: Arc<dyn Clock>) -> Self {
+    /// `capacity` idle workers (at least 1, checked by the builder), no one waiting; metrics
+    /// registered under `queue = name` with the recorder installed now.
+    pub(super) fn new(
+        capacity: usize,
+        timing: QueueTiming,
+        clock: Arc<dyn Clock>,
+        name: &str,
+    ) -> Self {
         Self {
             workers: Arc::new(Semaphore::new(capacity)),
             capacity,
             waiting: AtomicUsize::new(0),
             timing,
             clock,
+            metrics: QueueMetrics::register(name),
         }
+    }
+
+    /// A worker for a call: at once when one is free (then no one waits), else in arrival
+    /// order. Dropped while it waits, the call leaves the queue.
+    pub(super) async fn worker(&self) -> Worker<'_> {
+        let permit = match self.workers.clone().try_acquire_owned() {
+            Ok(permit) => permit,
+            Err(_) => {
+                let _waiting = Waiting::join(self);
+                match self.workers.clone().acquire_owned().await {
+                    Ok(permit) => permit,
+                    Err(_) => unreachable!("the queue's semaphore is never closed"),
+                }
+            }
+        };
+        self.metrics.busy.increment(1.0);
+        Worker {
+            _permit: permit,
+            queue: self,
+        }
+    }
+
+    /// Records a call's wait, from its arrival to the moment a worker took it.
+    pub(super) fn waited(&self, queued: std::time::Duration) {
+        self.metrics.wait.record(queued.as_secs_f64());
     }
 
     /// Calls holding a worker now.
@@ -46,13 +101,26 @@ impl Queue {
     }
 }
 
+/// A worker held by a call; dropped, it is free for the next in line.
+pub(super) struct Worker<'a> {
+    _permit: OwnedSemaphorePermit,
+    queue: &'a Queue,
+}
+
+impl Drop for Worker<'_> {
+    fn drop(&mut self) {
+        self.queue.metrics.busy.decrement(1.0);
+    }
+}
+
 /// Counts a call among the [waiting](Queue::waiting) ones while it lives.
-pub(super) struct Waiting<'a>(&'a Queue);
+struct Waiting<'a>(&'a Queue);
 
 impl<'a> Waiting<'a> {
     /// Counts one more waiting call until the guard is dropped.
-    pub(super) fn join(queue: &'a Queue) -> Self {
+    fn join(queue: &'a Queue) -> Self {
         queue.waiting.fetch_add(1, Ordering::Relaxed);
+        queue.metrics.waiting.increment(1.0);
         Waiting(queue)
     }
 }
@@ -60,5 +128,6 @@ impl<'a> Waiting<'a> {
 impl Drop for Waiting<'_> {
     fn drop(&mut self) {
         self.0.waiting.fetch_sub(1, Ordering::Relaxed);
+        self.0.metrics.waiting.decrement(1.0);
     }
 }

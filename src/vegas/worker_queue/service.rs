@@ -10,7 +10,7 @@ use std::time::Duration;
 use http::{Request, Response};
 use tower::{Service, ServiceExt};
 
-use super::queue::{Queue, Waiting};
+use super::queue::Queue;
 
 /// The future of a [`WorkerQueueService`] call: waits for a worker and for the inner service to
 /// be ready, calls it, and answers its response with the wait in `Server-Timing`. Dropped before
@@ -80,19 +80,11 @@ where
         let inner = std::mem::replace(&mut self.inner, fresh);
         let queue = self.queue.clone();
         Box::pin(async move {
-            let worker = match queue.workers.clone().try_acquire_owned() {
-                Ok(worker) => worker,
-                Err(_) => {
-                    let _waiting = Waiting::join(&queue);
-                    match queue.workers.clone().acquire_owned().await {
-                        Ok(worker) => worker,
-                        Err(_) => unreachable!("the queue's semaphore is never closed"),
-                    }
-                }
-            };
+            let worker = queue.worker().await;
             let mut inner = inner;
             let ready = inner.ready().await?;
             let queued = Duration::from_nanos(queue.clock.now_nanos().saturating_sub(arrived));
+            queue.waited(queued);
             let mut response = ready.call(request).await?;
             drop(worker);
             queue.timing.append(response.headers_mut(), queued);
