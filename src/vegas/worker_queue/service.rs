@@ -74,14 +74,13 @@ where
 
     fn call(&mut self, request: Request<B>) -> Self::Future {
         let arrived = self.queue.clock.now_nanos();
-        // The clone that was made ready is the one to call; keep a fresh clone for the next call
-        // (tower's documented pattern for services that call their inner service in a future).
-        let fresh = self.inner.clone();
-        let inner = std::mem::replace(&mut self.inner, fresh);
+        // Each call drives a clone of its own to readiness once it holds a worker: the inner
+        // service's readiness is not asked in `poll_ready`, which would hold the call back
+        // before its wait is timed.
+        let mut inner = self.inner.clone();
         let queue = self.queue.clone();
         Box::pin(async move {
             let worker = queue.worker().await;
-            let mut inner = inner;
             let ready = inner.ready().await?;
             let queued = Duration::from_nanos(queue.clock.now_nanos().saturating_sub(arrived));
             queue.waited(queued);
