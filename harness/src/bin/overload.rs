@@ -276,17 +276,33 @@ async fn run_fleet(args: &Args, fleet: FleetConfig) -> Result<(), String> {
                 "seconds": args.client.seconds,
                 "overload": args.client.overload,
             },
+            // The backend this run started (none when it was given one with --backend).
+            "backend": args.backend_url.is_none().then(|| args.backend.to_json()),
             "limiters": reports.iter().map(FleetReport::to_json).collect::<Vec<_>>(),
         });
         println!("{json}");
     } else {
         machine.print();
+        if args.backend_url.is_none() {
+            let b = &args.backend;
+            println!(
+                "backend: {} workers at {:.1} ms ({:.0}/s), {}",
+                b.workers,
+                b.service.as_secs_f64() * 1e3,
+                b.capacity(),
+                b.queue.describe()
+            );
+        }
         fleet::print(&fleet, &mode, &reports);
     }
     Ok(())
 }
 
 async fn run(args: Args) -> Result<(), String> {
+    if args.backend_url.is_none() {
+        // Refused here, before a backend process is started only to refuse it.
+        args.backend.check()?;
+    }
     if let Some(fleet) = args.fleet {
         return run_fleet(&args, fleet).await;
     }

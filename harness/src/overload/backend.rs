@@ -79,6 +79,14 @@ impl BackendQueue {
             BackendQueue::Layer => "layer",
         }
     }
+
+    /// In words, for the printed reports.
+    pub fn describe(self) -> &'static str {
+        match self {
+            BackendQueue::Own => "its own queue",
+            BackendQueue::Layer => "queued by WorkerQueueLayer",
+        }
+    }
 }
 
 impl Default for BackendConfig {

@@ -338,7 +338,7 @@ pub fn print(reports: &[Report]) {
     };
     let b = &first.backend;
     println!(
-        "backend: {} workers at {:.1} ms ({:.0}/s){}; offered {:.0}/s for {} s",
+        "backend: {} workers at {:.1} ms ({:.0}/s){}; {}; offered {:.0}/s for {} s",
         b.workers,
         b.service.as_secs_f64() * 1e3,
         b.capacity(),
@@ -352,6 +352,7 @@ pub fn print(reports: &[Report]) {
             ),
             None => String::new(),
         },
+        b.queue.describe(),
         first.rate,
         first.seconds
     );
