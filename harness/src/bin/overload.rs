@@ -284,14 +284,7 @@ async fn run_fleet(args: &Args, fleet: FleetConfig) -> Result<(), String> {
     } else {
         machine.print();
         if args.backend_url.is_none() {
-            let b = &args.backend;
-            println!(
-                "backend: {} workers at {:.1} ms ({:.0}/s), {}",
-                b.workers,
-                b.service.as_secs_f64() * 1e3,
-                b.capacity(),
-                b.queue.describe()
-            );
+            println!("backend: {}", args.backend.describe());
         }
         fleet::print(&fleet, &mode, &reports);
     }

@@ -211,6 +211,28 @@ impl BackendConfig {
         Ok(())
     }
 
+    /// In words, for the printed reports: `4 workers at 10.0 ms (400/s); from 10.0 s: 4
+    /// workers at 25.0 ms (160/s); its own queue`.
+    pub fn describe(&self) -> String {
+        let step = match self.step_at {
+            Some(at) => format!(
+                "; from {:.1} s: {} workers at {:.1} ms ({:.0}/s)",
+                at.as_secs_f64(),
+                self.workers_after,
+                self.service_after.as_secs_f64() * 1e3,
+                self.workers_after as f64 / self.service_after.as_secs_f64()
+            ),
+            None => String::new(),
+        };
+        format!(
+            "{} workers at {:.1} ms ({:.0}/s){step}; {}",
+            self.workers,
+            self.service.as_secs_f64() * 1e3,
+            self.capacity(),
+            self.queue.describe()
+        )
+    }
+
     /// Whether `since_start` is at or after the step.
     pub fn after_step(&self, since_start: Duration) -> bool {
         self.step_at.is_some_and(|at| since_start >= at)
@@ -684,6 +706,19 @@ mod tests {
             BackendQueue::Own
         );
         assert!(parse(&["--queue", "mine"]).unwrap_err().contains("--queue"));
+    }
+
+    #[test]
+    fn the_description_names_the_step_and_the_queue() {
+        assert_eq!(
+            BackendConfig::default().describe(),
+            "4 workers at 10.0 ms (400/s); from 10.0 s: 4 workers at 25.0 ms (160/s); its own queue"
+        );
+        let layered = parse(&["--step-at", "none", "--queue", "layer"]).unwrap();
+        assert_eq!(
+            layered.describe(),
+            "4 workers at 10.0 ms (400/s); queued by WorkerQueueLayer"
+        );
     }
 
     #[test]

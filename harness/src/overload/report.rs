@@ -338,21 +338,8 @@ pub fn print(reports: &[Report]) {
     };
     let b = &first.backend;
     println!(
-        "backend: {} workers at {:.1} ms ({:.0}/s){}; {}; offered {:.0}/s for {} s",
-        b.workers,
-        b.service.as_secs_f64() * 1e3,
-        b.capacity(),
-        match b.step_at {
-            Some(at) => format!(
-                "; from {:.1} s: {} workers at {:.1} ms ({:.0}/s)",
-                at.as_secs_f64(),
-                b.workers_after,
-                b.service_after.as_secs_f64() * 1e3,
-                b.workers_after as f64 / b.service_after.as_secs_f64()
-            ),
-            None => String::new(),
-        },
-        b.queue.describe(),
+        "backend: {}; offered {:.0}/s for {} s",
+        b.describe(),
         first.rate,
         first.seconds
     );
