@@ -11,4 +11,5 @@ mod facade;
 mod guard_metrics;
 mod http_client;
 mod layers;
+mod queue_reports;
 mod quota_layer;

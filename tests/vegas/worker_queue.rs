@@ -1,8 +1,8 @@
 //! The dependency's side of queue reports: `WorkerQueueLayer` serves at most its workers at once,
 //! queues the rest in arrival order, reports each request's wait in `Server-Timing`, leaves
 //! nothing behind when a request is dropped, and keeps the service's own answer. On a manual
-//! clock, so every reported wait is exact; the last test runs it behind a real axum server and
-//! reads the reports with the outbound reqwest middleware.
+//! clock, so every reported wait is exact. Behind a real axum server, read by a guard's reqwest
+//! client: the guard tests' `queue_reports`.
 #![cfg(feature = "tower")]
 
 use std::convert::Infallible;
@@ -266,68 +266,4 @@ async fn clones_and_services_of_one_layer_share_its_workers() {
         task.await.unwrap();
     }
     assert_eq!(gated.most.load(Ordering::SeqCst), 1);
-}
-
-/// End to end: an axum server whose router sits behind the layer, and a client whose limiter
-/// reads the reports through the reqwest middleware. The third of three calls waits 7 ms on the
-/// server's manual clock while two workers are busy; the client's algorithm receives that wait
-/// with the success, and the others' wait of zero.
-#[cfg(all(feature = "axum", feature = "reqwest"))]
-#[tokio::test]
-async fn a_client_reads_the_wait_over_http() {
-    use crate::common::Scripted;
-    use flowguard::vegas::reqwest::AdaptiveConcurrencyMiddleware;
-    use flowguard::vegas::{HttpClassifier, Limiter};
-    use tokio::sync::Semaphore;
-
-    let clock = ManualClock::new();
-    let queue = queue_on(&clock, 2);
-    let answers = Arc::new(Semaphore::new(0)); // the handler answers once the test lets it
-    let app = axum::Router::new()
-        .route(
-            "/",
-            axum::routing::get({
-                let answers = answers.clone();
-                move || async move { answers.acquire().await.unwrap().forget() }
-            }),
-        )
-        .layer(queue.clone());
-    let url = crate::support::serve::serve(app).await;
-
-    let algorithm = Scripted::new(8, &[]);
-    let reported = algorithm.queued.clone();
-    let limiter = Limiter::builder(algorithm).build().unwrap();
-    let client = reqwest_middleware::ClientBuilder::new(reqwest::Client::new())
-        .with(
-            AdaptiveConcurrencyMiddleware::builder(limiter.clone())
-                .classifier(HttpClassifier::new().queue_timing(timing()))
-                .build()
-                .unwrap(),
-        )
-        .build();
-    let calls: Vec<_> = (0..3)
-        .map(|_| {
-            let (client, url) = (client.clone(), url.clone());
-            tokio::spawn(async move { client.get(url).send().await.unwrap().status() })
-        })
-        .collect();
-    // Real sockets: the requests arrive when they arrive, so wait for them (bounded) on the
-    // server's own counts, then move its clock while the third queues.
-    for _ in 0..10_000 {
-        if queue.busy() == 2 && queue.waiting() == 1 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(1)).await;
-    }
-    assert_eq!((queue.busy(), queue.waiting()), (2, 1));
-    clock.advance(Duration::from_millis(7));
-    answers.add_permits(3);
-    for call in calls {
-        assert_eq!(call.await.unwrap(), 200);
-    }
-    let mut reported = reported.lock().clone();
-    reported.sort();
-    let ms = Duration::from_millis;
-    assert_eq!(reported, [ms(0), ms(0), ms(7)]);
-    assert_eq!(limiter.in_flight(), 0);
 }

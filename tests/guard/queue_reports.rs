@@ -1,0 +1,108 @@
+//! Queue reports through the `Guard`, both ends as a user sets them up: the dependency serves
+//! behind `WorkerQueueLayer`, and the caller's guard reads the reports with
+//! `GuardBuilder::outbound_classifier(HttpClassifier::new().queue_timing(..))` in its reqwest
+//! client. The waits the dependency timed (on its manual clock) reach the guard's limit
+//! algorithm with each success.
+#![cfg(all(feature = "axum", feature = "reqwest"))]
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::routing::get;
+use flowguard::Guard;
+use flowguard::clock::ManualClock;
+use flowguard::vegas::worker_queue::WorkerQueueLayer;
+use flowguard::vegas::{HttpClassifier, LimitAlgorithm, Limiter, QueueTiming, Sample};
+use parking_lot::Mutex;
+use tokio::sync::Semaphore;
+
+/// A fixed limit that records the queue wait reported with each success.
+struct Recording {
+    limit: usize,
+    queued: Arc<Mutex<Vec<Duration>>>,
+}
+
+impl LimitAlgorithm for Recording {
+    fn name(&self) -> &'static str {
+        "recording"
+    }
+
+    fn limit(&self) -> usize {
+        self.limit
+    }
+
+    fn update(&mut self, _: &Sample) -> usize {
+        self.limit
+    }
+
+    fn update_queued(&mut self, _rtt_nanos: u64, _in_flight: usize, queued_nanos: u64) -> usize {
+        self.queued.lock().push(Duration::from_nanos(queued_nanos));
+        self.limit
+    }
+}
+
+#[tokio::test]
+async fn the_guards_client_learns_the_wait_the_worker_queue_reported() {
+    let timing = QueueTiming::server_timing("queue").unwrap();
+
+    // The dependency: one worker; its handler answers once the test lets it.
+    let clock = ManualClock::new();
+    let workers = WorkerQueueLayer::builder(1, timing.clone())
+        .clock(clock.clone())
+        .build()
+        .unwrap();
+    let answers = Arc::new(Semaphore::new(0));
+    let app = Router::new()
+        .route(
+            "/work",
+            get({
+                let answers = answers.clone();
+                move || async move { answers.acquire().await.unwrap().forget() }
+            }),
+        )
+        .layer(workers.clone());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/work", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await });
+
+    // The caller: a guard whose outbound classifier reads the report.
+    let queued = Arc::new(Mutex::new(Vec::new()));
+    let algorithm = Recording {
+        limit: 4,
+        queued: queued.clone(),
+    };
+    let guard = Guard::builder()
+        .concurrency(Limiter::builder(algorithm).build().unwrap())
+        .outbound_classifier(HttpClassifier::new().queue_timing(timing))
+        .build()
+        .await
+        .unwrap();
+    let client = guard.reqwest_client(reqwest::Client::new());
+    let calls: Vec<_> = (0..2)
+        .map(|_| {
+            let (client, url) = (client.clone(), url.clone());
+            tokio::spawn(async move { client.get(url).send().await.unwrap().status() })
+        })
+        .collect();
+
+    // Both calls reach the dependency (real sockets: wait for them, bounded); the second waits
+    // for the worker while the dependency's clock moves 3 ms.
+    for _ in 0..10_000 {
+        if workers.busy() == 1 && workers.waiting() == 1 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    assert_eq!((workers.busy(), workers.waiting()), (1, 1));
+    clock.advance(Duration::from_millis(3));
+    answers.add_permits(2);
+    for call in calls {
+        assert_eq!(call.await.unwrap(), 200);
+    }
+
+    let mut queued = queued.lock().clone();
+    queued.sort();
+    assert_eq!(queued, [Duration::ZERO, Duration::from_millis(3)]);
+    assert_eq!(guard.concurrency().in_flight(), 0);
+}
