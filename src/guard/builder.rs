@@ -175,7 +175,9 @@ impl GuardBuilder {
     /// [`HttpClassifier::new`], under which a `429` is ignored (a quota, not a concurrency
     /// signal) and `503`, `504`, timeouts and connection failures are drops. A dependency that
     /// reports how long each call waited in its queue (a `Server-Timing` metric) is read with
-    /// [`HttpClassifier::queue_timing`]: for the instances of a fleet, the way to even shares.
+    /// [`HttpClassifier::queue_timing`]: for the instances of a fleet, the way to even shares
+    /// (a dependency built on tower writes the metric with
+    /// [`WorkerQueueLayer`](crate::vegas::worker_queue::WorkerQueueLayer)).
     ///
     /// ```
     /// use flowguard::vegas::{HttpClassifier, Outcome};

@@ -149,7 +149,8 @@ impl HttpClassifier {
     /// Reads how long each successful call queued at the dependency from the response's
     /// `Server-Timing` metric `queue` (see [`QueueTiming`]); a response without it is a plain
     /// success. For a dependency that reports its queue, this evens out the shares of a fleet
-    /// of instances, each with its own limiter.
+    /// of instances, each with its own limiter. A dependency built on tower reports it with
+    /// [`WorkerQueueLayer`](crate::vegas::worker_queue::WorkerQueueLayer).
     ///
     /// ```
     /// use flowguard::vegas::{HttpClassifier, OutcomeClassifier, QueueTiming};

@@ -27,7 +27,8 @@ const SERVER_TIMING: HeaderName = HeaderName::from_static("server-timing");
 ///
 /// The dependency's side is [`append`](Self::append) (or [`header_value`](Self::header_value)):
 /// the header to answer with; a tower service that serves its requests a few at a time can let
-/// `vegas::worker_queue::WorkerQueueLayer` (feature `tower`) queue them and answer the header.
+/// [`WorkerQueueLayer`](crate::vegas::worker_queue::WorkerQueueLayer) (feature `tower`) queue
+/// them and answer the header.
 /// The report must cover the whole wait, from the moment the request joined the queue to the
 /// moment a worker took it: a dependency that reports less hides that much of its queue from
 /// Vegas. A report as long as the round trip or longer cannot be true and counts as none.
