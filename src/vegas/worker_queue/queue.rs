@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{Semaphore, SemaphorePermit};
 
 use crate::clock::Clock;
 use crate::vegas::queue_timing::QueueTiming;
@@ -12,7 +12,7 @@ use crate::vegas::queue_timing::QueueTiming;
 /// The state every service of one layer shares.
 pub(super) struct Queue {
     /// One permit per worker; tokio's semaphore serves waiters in arrival order.
-    pub(super) workers: Arc<Semaphore>,
+    workers: Semaphore,
     /// How many workers there are.
     pub(super) capacity: usize,
     /// Calls waiting for a worker now.
@@ -56,7 +56,7 @@ impl Queue {
         name: &str,
     ) -> Self {
         Self {
-            workers: Arc::new(Semaphore::new(capacity)),
+            workers: Semaphore::new(capacity),
             capacity,
             waiting: AtomicUsize::new(0),
             timing,
@@ -68,11 +68,11 @@ impl Queue {
     /// A worker for a call: at once when one is free (then no one waits), else in arrival
     /// order. Dropped while it waits, the call leaves the queue.
     pub(super) async fn worker(&self) -> Worker<'_> {
-        let permit = match self.workers.clone().try_acquire_owned() {
+        let permit = match self.workers.try_acquire() {
             Ok(permit) => permit,
             Err(_) => {
                 let _waiting = Waiting::join(self);
-                match self.workers.clone().acquire_owned().await {
+                match self.workers.acquire().await {
                     Ok(permit) => permit,
                     Err(_) => unreachable!("the queue's semaphore is never closed"),
                 }
@@ -103,7 +103,7 @@ impl Queue {
 
 /// A worker held by a call; dropped, it is free for the next in line.
 pub(super) struct Worker<'a> {
-    _permit: OwnedSemaphorePermit,
+    _permit: SemaphorePermit<'a>,
     queue: &'a Queue,
 }
 
