@@ -322,37 +322,23 @@ fn worker_queue_group(c: &mut Criterion) {
 
 criterion_group!(benches, inbound, outbound, worker_queue_group);
 
-/// Median over `rounds` paired rounds of: ns per request of `WorkerQueueLayer`, tower's
-/// `ConcurrencyLimit` and the bare inner service, and the ratios to the first.
-fn paired_worker_queue(rounds: usize) -> [f64; 5] {
+/// Median over `rounds` paired rounds of three services: ns per request of each, and the
+/// per-round ratios of the first to the second and to the third. Each round times `ITERS`
+/// requests of each back to back, rotating which goes first.
+fn paired<A, B, C>(rounds: usize, mut first: A, mut second: B, mut third: C) -> [f64; 5]
+where
+    A: Service<Request<()>, Response = Response<()>, Error: std::fmt::Debug>,
+    B: Service<Request<()>, Response = Response<()>, Error: std::fmt::Debug>,
+    C: Service<Request<()>, Response = Response<()>, Error: std::fmt::Debug>,
+{
     const ITERS: u64 = 100_000;
     let runtime = runtime();
-    let (mut ours, mut fixed, mut bare) = (worker_queue(), tower_concurrency_limit(), Ok200);
     support::paired_medians(rounds, |side| {
         let took = runtime.block_on(async {
             match side {
-                0 => run(&mut ours, ITERS).await,
-                1 => run(&mut fixed, ITERS).await,
-                _ => run(&mut bare, ITERS).await,
-            }
-        });
-        took.as_secs_f64() * 1e9 / ITERS as f64
-    })
-}
-
-/// Median over `rounds` paired rounds of: ns per request of flowguard, tower-acc and tower's
-/// `ConcurrencyLimit`, and the per-round ratios flowguard/tower-acc and flowguard/tower. Each
-/// round times `ITERS` requests of each side back to back, rotating which goes first.
-fn paired(rounds: usize) -> [f64; 5] {
-    const ITERS: u64 = 100_000;
-    let runtime = runtime();
-    let (mut ours, mut acc, mut fixed) = (flowguard(), tower_acc(), tower_concurrency_limit());
-    support::paired_medians(rounds, |side| {
-        let took = runtime.block_on(async {
-            match side {
-                0 => run(&mut ours, ITERS).await,
-                1 => run(&mut acc, ITERS).await,
-                _ => run(&mut fixed, ITERS).await,
+                0 => run(&mut first, ITERS).await,
+                1 => run(&mut second, ITERS).await,
+                _ => run(&mut third, ITERS).await,
             }
         });
         took.as_secs_f64() * 1e9 / ITERS as f64
@@ -403,7 +389,8 @@ fn main() {
         }
     }
     if wants("outbound") {
-        let [f, acc, fixed, ratio_acc, ratio_fixed] = paired(ROUNDS);
+        let [f, acc, fixed, ratio_acc, ratio_fixed] =
+            paired(ROUNDS, flowguard(), tower_acc(), tower_concurrency_limit());
         println!(
             "paired (median of {ROUNDS} rounds) outbound flowguard/tower_acc = {ratio_acc:.2} \
              ({f:.1} ns / {acc:.1} ns)"
@@ -414,7 +401,8 @@ fn main() {
         );
     }
     if wants("worker_queue") {
-        let [f, fixed, bare, ratio_fixed, _] = paired_worker_queue(ROUNDS);
+        let [f, fixed, bare, ratio_fixed, _] =
+            paired(ROUNDS, worker_queue(), tower_concurrency_limit(), Ok200);
         println!(
             "paired (median of {ROUNDS} rounds) worker_queue flowguard/tower_concurrency_limit = \
              {ratio_fixed:.2} ({f:.1} ns / {fixed:.1} ns; the bare service: {bare:.1} ns)"
