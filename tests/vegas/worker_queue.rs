@@ -11,9 +11,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use flowguard::clock::ManualClock;
-use flowguard::vegas::worker_queue::{WorkerQueueLayer, WorkerQueueService};
+use flowguard::vegas::worker_queue::{Bounded, QueueFull, WorkerQueueLayer, WorkerQueueService};
 use flowguard::vegas::{ConfigError, MAX_LIMIT, QueueTiming};
-use http::{Request, Response};
+use http::{Request, Response, StatusCode};
 use parking_lot::Mutex;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
@@ -266,4 +266,155 @@ async fn clones_and_services_of_one_layer_share_its_workers() {
         task.await.unwrap();
     }
     assert_eq!(gated.most.load(Ordering::SeqCst), 1);
+}
+
+/// A queue of 1 worker on which at most `max_waiting` wait, a clock, and a gated service.
+fn bounded_queue(max_waiting: usize) -> (ManualClock, WorkerQueueLayer<Bounded>, Gated) {
+    let clock = ManualClock::new();
+    let queue = WorkerQueueLayer::builder(1, timing())
+        .max_waiting(max_waiting)
+        .clock(clock.clone())
+        .build()
+        .unwrap();
+    (clock, queue, Gated::default())
+}
+
+/// Calls `service` with a request that is never let through, and expects it answered at once
+/// (within a few turns of the runtime, with no worker freed meanwhile).
+async fn refused<S>(service: &mut S, id: usize) -> Response<()>
+where
+    S: Service<Request<Gate>, Response = Response<()>, Error = Infallible>,
+    S::Future: Send + 'static,
+{
+    let (_open, gate) = oneshot::channel();
+    let call = tokio::spawn(service.call(Request::new((id, gate))));
+    settle(|| call.is_finished()).await;
+    call.await.unwrap().unwrap()
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_full_queue_is_answered_503_at_once_without_calling_the_service() {
+    let (clock, queue, gated) = bounded_queue(2);
+    assert_eq!(queue.max_waiting(), Some(2));
+    let mut service = queue.layer(gated.service());
+    let (open_served, served) = spawn_call(&mut service, 0);
+    let (open_first, first) = spawn_call(&mut service, 1);
+    let (open_second, second) = spawn_call(&mut service, 2);
+    settle(|| queue.busy() == 1 && queue.waiting() == 2).await;
+
+    let full = refused(&mut service, 3).await;
+    assert_eq!(full.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(timing().read(full.headers()), None, "it waited for nothing");
+    assert!(full.headers().get("retry-after").is_none());
+    assert_eq!((queue.busy(), queue.waiting()), (1, 2), "it took no place");
+
+    // The queue drains in order, and has room again once a waiter leaves it.
+    clock.advance(Duration::from_millis(2));
+    open_served.send(()).unwrap();
+    served.await.unwrap();
+    settle(|| queue.waiting() == 1).await;
+    let (open_next, next) = spawn_call(&mut service, 4);
+    settle(|| queue.waiting() == 2).await;
+    for (open, task) in [
+        (open_first, first),
+        (open_second, second),
+        (open_next, next),
+    ] {
+        open.send(()).unwrap();
+        task.await.unwrap();
+    }
+    assert_eq!(
+        *gated.started.lock(),
+        [0, 1, 2, 4],
+        "the refused call never ran"
+    );
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_waiter_that_is_dropped_gives_its_place_back() {
+    let (_clock, queue, gated) = bounded_queue(1);
+    let mut service = queue.layer(gated.service());
+    let (open_served, served) = spawn_call(&mut service, 0);
+    let (_open_waiting, waiting) = spawn_call(&mut service, 1);
+    settle(|| queue.waiting() == 1).await;
+    assert_eq!(refused(&mut service, 2).await.status(), 503);
+    waiting.abort();
+    assert!(waiting.await.unwrap_err().is_cancelled());
+    assert_eq!(queue.waiting(), 0);
+
+    let (open_next, next) = spawn_call(&mut service, 3);
+    settle(|| queue.waiting() == 1).await;
+    open_served.send(()).unwrap();
+    served.await.unwrap();
+    open_next.send(()).unwrap();
+    next.await.unwrap();
+    assert_eq!(*gated.started.lock(), [0, 3]);
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn no_place_to_wait_sheds_whenever_every_worker_is_busy() {
+    let (_clock, queue, gated) = bounded_queue(0);
+    let mut service = queue.layer(gated.service());
+    let (open, served) = spawn_call(&mut service, 0);
+    settle(|| queue.busy() == 1).await;
+    assert_eq!(refused(&mut service, 1).await.status(), 503);
+    open.send(()).unwrap();
+    assert_eq!(served.await.unwrap(), Duration::ZERO);
+    // The worker is free: the next call is served, not shed.
+    let (open, next) = spawn_call(&mut service, 2);
+    open.send(()).unwrap();
+    assert_eq!(next.await.unwrap(), Duration::ZERO);
+    assert_eq!(queue.waiting(), 0);
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_full_queue_can_answer_with_a_response_of_ones_own() {
+    let queue = WorkerQueueLayer::builder(1, timing())
+        .max_waiting(0)
+        .when_full(|full: &QueueFull| {
+            Response::builder()
+                .status(StatusCode::TOO_MANY_REQUESTS)
+                .header("retry-after", "1")
+                .header("x-workers", full.workers())
+                .header("x-max-waiting", full.max_waiting())
+                .body(())
+                .unwrap()
+        })
+        .build()
+        .unwrap();
+    let gated = Gated::default();
+    let mut service = queue.layer(gated.service());
+    let (open, served) = spawn_call(&mut service, 0);
+    settle(|| queue.busy() == 1).await;
+    let full = refused(&mut service, 1).await;
+    assert_eq!(full.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(full.headers()["retry-after"], "1");
+    assert_eq!(full.headers()["x-workers"], "1");
+    assert_eq!(full.headers()["x-max-waiting"], "0");
+    open.send(()).unwrap();
+    served.await.unwrap();
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn each_request_refused_by_a_full_queue_is_counted() {
+    let (recorder, store) = crate::support::recorder::TestRecorder::new();
+    let queue = metrics::with_local_recorder(&recorder, || {
+        WorkerQueueLayer::builder(1, timing())
+            .name("checkout")
+            .max_waiting(0)
+            .build()
+            .unwrap()
+    });
+    let refused_total = || store.get("flowguard_worker_queue_refused_total{queue=checkout}");
+    let gated = Gated::default();
+    let mut service = queue.layer(gated.service());
+    let (open, served) = spawn_call(&mut service, 0);
+    settle(|| queue.busy() == 1).await;
+    for id in 1..=3 {
+        assert_eq!(refused(&mut service, id).await.status(), 503);
+    }
+    assert_eq!(refused_total(), Some(3.0));
+    open.send(()).unwrap();
+    served.await.unwrap();
+    assert_eq!(refused_total(), Some(3.0));
 }

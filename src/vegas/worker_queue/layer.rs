@@ -1,11 +1,12 @@
-//! [`WorkerQueueLayer`]: how many workers, the metric that reports the wait, and the clock that
-//! times it; wraps services in [`WorkerQueueService`].
+//! [`WorkerQueueLayer`]: how many workers, how many requests may wait, the metric that reports
+//! the wait, and the clock that times it; wraps services in [`WorkerQueueService`].
 
 use std::fmt;
 use std::sync::Arc;
 
 use tower::Layer;
 
+use super::bound::{Bounded, ServiceUnavailable, Unbounded};
 use super::queue::Queue;
 use super::service::WorkerQueueService;
 use crate::clock::{Clock, MonotonicClock};
@@ -19,15 +20,19 @@ use crate::vegas::queue_timing::QueueTiming;
 ///
 /// Cheap to clone; every service it wraps (and every clone of those) shares the one queue and
 /// its workers, so one layer on an axum `Router` bounds the whole router.
+///
+/// `B` is the queue's bound: [`Unbounded`] (the default), or [`Bounded`] when built with
+/// [`max_waiting`](WorkerQueueLayerBuilder::max_waiting).
 #[derive(Clone)]
-pub struct WorkerQueueLayer {
+pub struct WorkerQueueLayer<B = Unbounded> {
     queue: Arc<Queue>,
+    bound: B,
 }
 
 impl WorkerQueueLayer {
     /// A layer with `workers` workers that reports each wait under `timing`, timed by a
-    /// [`MonotonicClock`]; [`ConfigError::ZeroCount`] when `workers` is 0 and
-    /// [`ConfigError::LimitTooLarge`] above [`MAX_LIMIT`](crate::vegas::MAX_LIMIT).
+    /// [`MonotonicClock`], with no bound on the queue; [`ConfigError::ZeroCount`] when `workers`
+    /// is 0 and [`ConfigError::LimitTooLarge`] above [`MAX_LIMIT`](crate::vegas::MAX_LIMIT).
     pub fn new(workers: usize, timing: QueueTiming) -> Result<Self, ConfigError> {
         Self::builder(workers, timing).build()
     }
@@ -39,12 +44,21 @@ impl WorkerQueueLayer {
             timing,
             clock: None,
             name: "default".into(),
+            max_waiting: None,
+            bound: Unbounded,
         }
     }
+}
 
+impl<B> WorkerQueueLayer<B> {
     /// How many calls are served at once.
     pub fn workers(&self) -> usize {
         self.queue.capacity
+    }
+
+    /// How many calls may wait for a worker: `None` for any number (the default).
+    pub fn max_waiting(&self) -> Option<usize> {
+        self.queue.max_waiting
     }
 
     /// The metric each wait is reported under.
@@ -63,10 +77,11 @@ impl WorkerQueueLayer {
     }
 }
 
-impl fmt::Debug for WorkerQueueLayer {
+impl<B> fmt::Debug for WorkerQueueLayer<B> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("WorkerQueueLayer")
             .field("workers", &self.workers())
+            .field("max_waiting", &self.max_waiting())
             .field("timing", self.timing())
             .field("busy", &self.busy())
             .field("waiting", &self.waiting())
@@ -74,24 +89,65 @@ impl fmt::Debug for WorkerQueueLayer {
     }
 }
 
-impl<S> Layer<S> for WorkerQueueLayer {
-    type Service = WorkerQueueService<S>;
+impl<S, B: Clone> Layer<S> for WorkerQueueLayer<B> {
+    type Service = WorkerQueueService<S, B>;
 
     fn layer(&self, inner: S) -> Self::Service {
-        WorkerQueueService::new(inner, self.queue.clone())
+        WorkerQueueService::new(inner, self.queue.clone(), self.bound.clone())
     }
 }
 
 /// Configures a [`WorkerQueueLayer`]; from [`WorkerQueueLayer::builder`].
 #[must_use = "a builder does nothing until `build` is called"]
-pub struct WorkerQueueLayerBuilder {
+pub struct WorkerQueueLayerBuilder<B = Unbounded> {
     workers: usize,
     timing: QueueTiming,
     clock: Option<Arc<dyn Clock>>,
     name: String,
+    max_waiting: Option<usize>,
+    bound: B,
 }
 
 impl WorkerQueueLayerBuilder {
+    /// Lets at most `max_waiting` requests wait for a worker; the next one is answered at once,
+    /// without calling the service, with `503 Service Unavailable` ([`ServiceUnavailable`]; set
+    /// another answer with [`when_full`](WorkerQueueLayerBuilder::when_full)). 0 queues nothing:
+    /// a request that finds every worker busy is answered so at once.
+    ///
+    /// Without a bound (the default) the callers bound the queue, with their deadlines and
+    /// concurrency limits. Set one when some callers do not, so that a flood of requests is
+    /// answered at once rather than held, each waiting longer than its caller will.
+    pub fn max_waiting(self, max_waiting: usize) -> WorkerQueueLayerBuilder<Bounded> {
+        WorkerQueueLayerBuilder {
+            workers: self.workers,
+            timing: self.timing,
+            clock: self.clock,
+            name: self.name,
+            max_waiting: Some(max_waiting),
+            bound: Bounded {
+                respond: ServiceUnavailable,
+            },
+        }
+    }
+}
+
+impl<P> WorkerQueueLayerBuilder<Bounded<P>> {
+    /// Answers a request that finds the queue full with `respond`, a
+    /// [`FullQueueResponse`](super::FullQueueResponse) such as a closure
+    /// `|full: &QueueFull| -> Response<_>`, instead of an empty `503`.
+    pub fn when_full<Q>(self, respond: Q) -> WorkerQueueLayerBuilder<Bounded<Q>> {
+        WorkerQueueLayerBuilder {
+            workers: self.workers,
+            timing: self.timing,
+            clock: self.clock,
+            name: self.name,
+            max_waiting: self.max_waiting,
+            bound: Bounded { respond },
+        }
+    }
+}
+
+impl<B> WorkerQueueLayerBuilder<B> {
     /// Names the queue in its [metrics](super#metrics) (label `queue`, default `"default"`).
     pub fn name(mut self, name: impl Into<String>) -> Self {
         self.name = name.into();
@@ -108,7 +164,7 @@ impl WorkerQueueLayerBuilder {
     /// The layer; [`ConfigError::ZeroCount`] when `workers` is 0 and
     /// [`ConfigError::LimitTooLarge`] above [`MAX_LIMIT`](crate::vegas::MAX_LIMIT). Registers the
     /// queue's [metrics](super#metrics) with the `metrics` recorder installed now.
-    pub fn build(self) -> Result<WorkerQueueLayer, ConfigError> {
+    pub fn build(self) -> Result<WorkerQueueLayer<B>, ConfigError> {
         if self.workers == 0 {
             return Err(ConfigError::ZeroCount { field: "workers" });
         }
@@ -122,16 +178,25 @@ impl WorkerQueueLayerBuilder {
         let clock = self
             .clock
             .unwrap_or_else(|| Arc::new(MonotonicClock::new()));
+        let queue = Queue::new(
+            self.workers,
+            self.max_waiting,
+            self.timing,
+            clock,
+            &self.name,
+        );
         Ok(WorkerQueueLayer {
-            queue: Arc::new(Queue::new(self.workers, self.timing, clock, &self.name)),
+            queue: Arc::new(queue),
+            bound: self.bound,
         })
     }
 }
 
-impl fmt::Debug for WorkerQueueLayerBuilder {
+impl<B> fmt::Debug for WorkerQueueLayerBuilder<B> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("WorkerQueueLayerBuilder")
             .field("workers", &self.workers)
+            .field("max_waiting", &self.max_waiting)
             .field("timing", &self.timing)
             .field("clock", &self.clock.as_ref().map(|_| "custom"))
             .field("name", &self.name)

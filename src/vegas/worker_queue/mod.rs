@@ -9,8 +9,8 @@
 //! what keeps a fleet's shares even, and what keeps a lone instance at the service's capacity on
 //! a host whose own delays come and go (see the guide's "When the dependency reports its queue").
 //!
-//! - [`WorkerQueueLayer`]: the configuration (workers, metric, clock), built with
-//!   [`WorkerQueueLayer::new`] or [`WorkerQueueLayer::builder`].
+//! - [`WorkerQueueLayer`]: the configuration (workers, metric, clock, and how many may wait),
+//!   built with [`WorkerQueueLayer::new`] or [`WorkerQueueLayer::builder`].
 //! - [`WorkerQueueService`]: always ready; each call waits for a worker inside its future, so
 //!   the wait is timed from the moment the request reached the layer.
 //!
@@ -53,8 +53,53 @@
 //! is free.
 //!
 //! A request that is dropped while it waits (its client went away, a timeout outside the layer)
-//! leaves the queue and takes no worker. The queue itself is unbounded, as a server's accept
-//! queue is: the callers bound it, with their deadlines and their own concurrency limits.
+//! leaves the queue and takes no worker.
+//!
+//! # How long the queue may grow
+//!
+//! By default the queue is unbounded, as a server's accept queue is: the callers bound it, with
+//! their deadlines and their own concurrency limits. When some callers do not, bound it with
+//! [`max_waiting`](WorkerQueueLayerBuilder::max_waiting): a request that finds that many
+//! already waiting is answered at once, without calling the service, with an empty
+//! `503 Service Unavailable` ([`ServiceUnavailable`]), or with a response of one's own
+//! ([`when_full`](WorkerQueueLayerBuilder::when_full)). It takes no worker and no place in the
+//! queue, and carries no report of a wait. A caller whose limiter reads the `503` (the crate's
+//! [`HttpClassifier`](crate::vegas::HttpClassifier) counts it as a dropped call) cuts its limit.
+//!
+//! ```
+//! use flowguard::vegas::QueueTiming;
+//! use flowguard::vegas::worker_queue::WorkerQueueLayer;
+//! use http::StatusCode;
+//! use std::sync::Arc;
+//! use tokio::sync::Semaphore;
+//! use tower::{Layer, Service, ServiceExt, service_fn};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+//! // One worker, and no place to wait: a request that finds the worker busy is shed.
+//! let queue = WorkerQueueLayer::builder(1, QueueTiming::server_timing("queue")?)
+//!     .max_waiting(0)
+//!     .build()?;
+//! let work_done = Arc::new(Semaphore::new(0)); // each request works until a permit comes
+//! let done = work_done.clone();
+//! let mut service = queue.layer(service_fn(move |_request: http::Request<()>| {
+//!     let done = done.clone();
+//!     async move {
+//!         done.acquire().await?.forget();
+//!         Ok::<_, tokio::sync::AcquireError>(http::Response::new(String::from("done")))
+//!     }
+//! }));
+//! let first = tokio::spawn(service.ready().await?.call(http::Request::new(())));
+//! tokio::task::yield_now().await;
+//! assert_eq!(queue.busy(), 1);
+//!
+//! let shed = service.ready().await?.call(http::Request::new(())).await?;
+//! assert_eq!(shed.status(), StatusCode::SERVICE_UNAVAILABLE);
+//! work_done.add_permits(1);
+//! assert_eq!(first.await??.status(), StatusCode::OK);
+//! # Ok(())
+//! # }
+//! ```
 //!
 //! # Metrics
 //!
@@ -66,10 +111,13 @@
 //! | `flowguard_worker_queue_busy` | gauge | calls holding a worker |
 //! | `flowguard_worker_queue_waiting` | gauge | calls waiting for one |
 //! | `flowguard_worker_queue_wait_seconds` | histogram | each call's wait, as reported |
+//! | `flowguard_worker_queue_refused_total` | counter | calls answered at once, the queue full |
 
+mod bound;
 mod layer;
 mod queue;
 mod service;
 
+pub use bound::{Bounded, FullQueueResponse, QueueBound, QueueFull, ServiceUnavailable, Unbounded};
 pub use layer::{WorkerQueueLayer, WorkerQueueLayerBuilder};
 pub use service::{ResponseFuture, WorkerQueueService};

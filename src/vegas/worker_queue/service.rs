@@ -10,7 +10,8 @@ use std::time::Duration;
 use http::{Request, Response};
 use tower::{Service, ServiceExt};
 
-use super::queue::Queue;
+use super::bound::{QueueBound, Unbounded};
+use super::queue::{Admission, Queue};
 
 /// The future of a [`WorkerQueueService`] call: waits for a worker and for the inner service to
 /// be ready, calls it, and answers its response with the wait in `Server-Timing`. Dropped before
@@ -22,15 +23,21 @@ pub type ResponseFuture<R, E> = Pin<Box<dyn Future<Output = Result<R, E>> + Send
 /// Always ready: a call joins the queue when it is made, so its wait is timed from then, and
 /// the service never pushes back on the server that accepted the request. Each call runs on a
 /// clone of the inner service (cheap for an axum `Router` or a `service_fn`), which is driven to
-/// readiness once the call holds a worker.
-pub struct WorkerQueueService<S> {
+/// readiness once the call holds a worker. `B` is the queue's bound, as in
+/// [`WorkerQueueLayer`](super::WorkerQueueLayer).
+pub struct WorkerQueueService<S, B = Unbounded> {
     inner: S,
     queue: Arc<Queue>,
+    bound: B,
 }
 
-impl<S> WorkerQueueService<S> {
-    pub(super) fn new(inner: S, queue: Arc<Queue>) -> Self {
-        Self { inner, queue }
+impl<S, B> WorkerQueueService<S, B> {
+    pub(super) fn new(inner: S, queue: Arc<Queue>, bound: B) -> Self {
+        Self {
+            inner,
+            queue,
+            bound,
+        }
     }
 
     /// The wrapped service.
@@ -39,30 +46,33 @@ impl<S> WorkerQueueService<S> {
     }
 }
 
-impl<S: Clone> Clone for WorkerQueueService<S> {
+impl<S: Clone, B: Clone> Clone for WorkerQueueService<S, B> {
     fn clone(&self) -> Self {
         Self {
             inner: self.inner.clone(),
             queue: self.queue.clone(),
+            bound: self.bound.clone(),
         }
     }
 }
 
-impl<S: std::fmt::Debug> std::fmt::Debug for WorkerQueueService<S> {
+impl<S: std::fmt::Debug, B> std::fmt::Debug for WorkerQueueService<S, B> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("WorkerQueueService")
             .field("inner", &self.inner)
             .field("workers", &self.queue.capacity)
+            .field("max_waiting", &self.queue.max_waiting)
             .field("timing", &self.queue.timing)
             .finish()
     }
 }
 
-impl<S, B, ResBody> Service<Request<B>> for WorkerQueueService<S>
+impl<S, B, ReqBody, ResBody> Service<Request<ReqBody>> for WorkerQueueService<S, B>
 where
-    S: Service<Request<B>, Response = Response<ResBody>> + Clone + Send + 'static,
+    S: Service<Request<ReqBody>, Response = Response<ResBody>> + Clone + Send + 'static,
     S::Future: Send,
-    B: Send + 'static,
+    B: QueueBound<ResBody>,
+    ReqBody: Send + 'static,
 {
     type Response = Response<ResBody>;
     type Error = S::Error;
@@ -72,15 +82,26 @@ where
         Poll::Ready(Ok(()))
     }
 
-    fn call(&mut self, request: Request<B>) -> Self::Future {
+    fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
         let arrived = self.queue.clock.now_nanos();
         // Each call drives a clone of its own to readiness once it holds a worker: the inner
         // service's readiness is not asked in `poll_ready`, which would hold the call back
         // before its wait is timed.
         let mut inner = self.inner.clone();
         let queue = self.queue.clone();
+        let bound = self.bound.clone();
         Box::pin(async move {
-            let worker = queue.worker().await;
+            let worker = match queue.admit() {
+                Admission::Served(worker) => worker,
+                Admission::Queued(waiting) => queue.worker(waiting).await,
+                // Answered at once, without a worker or a report of a wait it did not have.
+                Admission::Full(full) => {
+                    if let Some(response) = bound.respond(&full) {
+                        return Ok(response);
+                    }
+                    queue.worker_past_bound().await
+                }
+            };
             let ready = inner.ready().await?;
             let queued = Duration::from_nanos(queue.clock.now_nanos().saturating_sub(arrived));
             queue.waited(queued);
