@@ -198,19 +198,20 @@ pub fn print(reports: &[FleetReport]) {
             figure(r.after_leave_jain(), 3)
         );
     }
-    println!("per instance (goodput/s while all up, p50/p99 ms, timeouts, shed):");
+    println!("per instance (goodput/s while all up, p50/p99 ms, timeouts, shed, errors):");
     for r in reports {
         let each: Vec<String> = r
             .instances
             .iter()
             .map(|i| {
                 format!(
-                    "{:.0} {}/{} {} {}",
+                    "{:.0} {}/{} {} {} {}",
                     i.goodput_all_up,
                     figure(i.p50_ms, 0),
                     figure(i.p99_ms, 0),
                     i.timeouts,
-                    i.shed
+                    i.shed,
+                    i.errors.map_or_else(|| "-".to_owned(), |e| e.to_string())
                 )
             })
             .collect();

@@ -57,7 +57,8 @@ use tokio::process::{Child, Command};
     override_usage = format!(
         "overload [--backend URL] [--limiter all|none,fixedN,flowguard,flowguard-queue,tower-acc] [--seconds S] \
          [--overload X | --rate R] [--deadline-ms MS] [--wait-ms MS] [--seed N] [--json] [--fleet N [--in-process]] \
-         [--workers N] [--service-ms S] [--step-at SEC|none] [--step-to MS] [--workers-to M]\n       \
+         [--workers N] [--service-ms S] [--step-at SEC|none] [--step-to MS] [--workers-to M] \
+         [--queue own|layer [--max-waiting N]]\n       \
          overload backend {BACKEND_USAGE}"
     ),
     args_conflicts_with_subcommands = true,

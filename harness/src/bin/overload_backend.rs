@@ -5,11 +5,12 @@
 //! ```text
 //! cargo run --release -p flowguard-harness --bin overload_backend -- --port 8080 \
 //!     [--workers 4] [--service-ms 10] [--step-at 10|none] [--step-to 25] [--workers-to M] \
-//!     [--queue own|layer]
+//!     [--queue own|layer [--max-waiting N]]
 //! ```
 //!
 //! `--queue layer` queues the requests in flowguard's `WorkerQueueLayer` instead of the backend's
-//! own channel (the worker count then cannot step).
+//! own channel (the worker count then cannot step); `--max-waiting N` bounds that queue, and
+//! answers the request that finds it full 503 at once.
 //!
 //! It listens on 127.0.0.1 only, prints `listening on http://ADDR/` first (`--port 0` picks a free
 //! port), and serves until killed. The `overload` client drives it (`--backend URL`), or starts

@@ -29,7 +29,7 @@ use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use flowguard::vegas::QueueTiming;
-use flowguard::vegas::worker_queue::WorkerQueueLayer;
+use flowguard::vegas::worker_queue::{Bounded, WorkerQueueLayer};
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, oneshot};
 
@@ -57,6 +57,9 @@ pub struct BackendConfig {
     pub workers_after: usize,
     /// Which queue the requests wait in.
     pub queue: BackendQueue,
+    /// With [`BackendQueue::Layer`]: how many requests may wait (`None`: any number); the next
+    /// one is answered 503 at once.
+    pub max_waiting: Option<usize>,
 }
 
 /// Which queue `GET /work` requests wait in for a worker.
@@ -99,6 +102,7 @@ impl Default for BackendConfig {
             service_after: Duration::from_millis(25),
             workers_after: 4,
             queue: BackendQueue::Own,
+            max_waiting: None,
         }
     }
 }
@@ -131,6 +135,10 @@ pub struct BackendFlags {
     /// WorkerQueueLayer (no worker step)
     #[arg(long, value_enum, default_value_t = BackendQueue::Own)]
     pub queue: BackendQueue,
+    /// With --queue layer: at most N requests wait for a worker, the next one is answered 503
+    /// at once [default: any number]
+    #[arg(long = "max-waiting", value_name = "N")]
+    pub max_waiting: Option<usize>,
 }
 
 impl BackendFlags {
@@ -143,6 +151,7 @@ impl BackendFlags {
             service_after: Duration::from_secs_f64(self.step_to / 1e3),
             workers_after: self.workers_to.unwrap_or(self.workers),
             queue: self.queue,
+            max_waiting: self.max_waiting,
         }
     }
 }
@@ -184,7 +193,7 @@ fn millis(d: Duration) -> f64 {
 impl BackendConfig {
     /// The flags that reproduce this configuration (to start a backend process with).
     pub fn to_flags(&self) -> Vec<String> {
-        vec![
+        let mut flags = vec![
             "--workers".into(),
             self.workers.to_string(),
             "--workers-to".into(),
@@ -197,11 +206,21 @@ impl BackendConfig {
             StepAt(self.step_at).to_string(),
             "--queue".into(),
             self.queue.name().into(),
-        ]
+        ];
+        if let Some(max_waiting) = self.max_waiting {
+            flags.extend(["--max-waiting".into(), max_waiting.to_string()]);
+        }
+        flags
     }
 
-    /// Whether a backend can serve this configuration: `--queue layer` has a fixed worker count.
+    /// Whether a backend can serve this configuration: `--queue layer` has a fixed worker count,
+    /// and only it has a bound on the queue.
     pub fn check(&self) -> Result<(), String> {
+        if let (BackendQueue::Own, Some(max_waiting)) = (self.queue, self.max_waiting) {
+            return Err(format!(
+                "--max-waiting {max_waiting} bounds WorkerQueueLayer's queue; add --queue layer or drop --max-waiting"
+            ));
+        }
         if self.queue == BackendQueue::Layer && self.workers_after != self.workers {
             return Err(format!(
                 "--queue layer serves a fixed number of workers; drop --workers-to {} or use --queue own",
@@ -224,8 +243,12 @@ impl BackendConfig {
             ),
             None => String::new(),
         };
+        let bound = match self.max_waiting {
+            Some(max_waiting) => format!(", at most {max_waiting} waiting"),
+            None => String::new(),
+        };
         format!(
-            "{} workers at {:.1} ms ({:.0}/s){step}; {}",
+            "{} workers at {:.1} ms ({:.0}/s){step}; {}{bound}",
             self.workers,
             self.service.as_secs_f64() * 1e3,
             self.capacity(),
@@ -270,6 +293,7 @@ impl BackendConfig {
             "service_after_ms": self.service_after.as_secs_f64() * 1e3,
             "workers_after": self.workers_after,
             "queue": self.queue.name(),
+            "max_waiting": self.max_waiting,
         })
     }
 
@@ -307,8 +331,14 @@ impl BackendConfig {
                 ));
             }
         };
+        // Likewise, reports from before the bound lack it: any number may wait.
+        let max_waiting = match json.get("max_waiting") {
+            None | Some(serde_json::Value::Null) => None,
+            Some(_) => Some(count("max_waiting")?),
+        };
         Ok(Self {
             queue,
+            max_waiting,
             workers: count("workers")?,
             service: Duration::from_secs_f64(number("service_ms")? / 1e3),
             step_at,
@@ -333,7 +363,7 @@ pub struct BackendArgs {
 }
 
 /// The usage line of a backend process, after its program name.
-pub const BACKEND_USAGE: &str = "[--port P] [--workers N] [--service-ms S] [--step-at SEC|none] [--step-to MS] [--workers-to M] [--queue own|layer]";
+pub const BACKEND_USAGE: &str = "[--port P] [--workers N] [--service-ms S] [--step-at SEC|none] [--step-to MS] [--workers-to M] [--queue own|layer [--max-waiting N]]";
 
 /// Runs a backend with `args`: binds loopback, prints `listening on http://ADDR/` as its first
 /// line of standard output, serves until killed (or, with `--exit-with-stdin`, until its
@@ -433,7 +463,24 @@ struct Shared {
     abandoned: AtomicU64,
     stale: AtomicU64,
     /// With `--queue layer`: the layer, whose counts are the queue's.
-    layered: Option<WorkerQueueLayer>,
+    layered: Option<Layered>,
+}
+
+/// The backend's `WorkerQueueLayer`, bounded (`--max-waiting`) or not.
+#[derive(Clone)]
+enum Layered {
+    Unbounded(WorkerQueueLayer),
+    Bounded(WorkerQueueLayer<Bounded>),
+}
+
+impl Layered {
+    /// Requests holding a worker or waiting for one.
+    fn queued(&self) -> usize {
+        match self {
+            Layered::Unbounded(layer) => layer.busy() + layer.waiting(),
+            Layered::Bounded(layer) => layer.busy() + layer.waiting(),
+        }
+    }
 }
 
 impl Shared {
@@ -452,9 +499,15 @@ pub async fn serve(listener: TcpListener, config: BackendConfig) -> std::io::Res
         BackendQueue::Own => None,
         BackendQueue::Layer => {
             config.check().map_err(std::io::Error::other)?;
-            let workers = WorkerQueueLayer::new(config.workers, QUEUE_TIMING.clone())
-                .map_err(std::io::Error::other)?;
-            Some(workers)
+            let builder = WorkerQueueLayer::builder(config.workers, QUEUE_TIMING.clone());
+            let layer = match config.max_waiting {
+                None => builder.build().map(Layered::Unbounded),
+                Some(max_waiting) => builder
+                    .max_waiting(max_waiting)
+                    .build()
+                    .map(Layered::Bounded),
+            };
+            Some(layer.map_err(std::io::Error::other)?)
         }
     };
     let shared = Arc::new(Shared {
@@ -479,14 +532,16 @@ pub async fn serve(listener: TcpListener, config: BackendConfig) -> std::io::Res
             }
             get(work)
         }
-        Some(workers) => {
+        Some(layered) => {
             // Outermost, the run the request arrived in; then its wait for a worker.
-            get(work_layered)
-                .layer(workers)
-                .layer(axum::middleware::map_request_with_state(
-                    shared.clone(),
-                    stamp_run,
-                ))
+            let work = match layered {
+                Layered::Unbounded(workers) => get(work_layered).layer(workers),
+                Layered::Bounded(workers) => get(work_layered).layer(workers),
+            };
+            work.layer(axum::middleware::map_request_with_state(
+                shared.clone(),
+                stamp_run,
+            ))
         }
     };
     let app = Router::new()
@@ -621,7 +676,7 @@ async fn start_run(State(shared): State<Arc<Shared>>) -> impl IntoResponse {
 /// `GET /stats`: the counts of the current run.
 async fn stats(State(shared): State<Arc<Shared>>) -> impl IntoResponse {
     let queued = match &shared.layered {
-        Some(layer) => (layer.busy() + layer.waiting()) as u64,
+        Some(layer) => layer.queued() as u64,
         None => {
             let enqueued = shared.enqueued.load(Ordering::Relaxed);
             enqueued.saturating_sub(shared.done.load(Ordering::Relaxed))
@@ -706,6 +761,28 @@ mod tests {
             BackendQueue::Own
         );
         assert!(parse(&["--queue", "mine"]).unwrap_err().contains("--queue"));
+    }
+
+    #[test]
+    fn a_bound_on_the_layer_queue_round_trips_and_needs_the_layer() {
+        let config = parse(&["--queue", "layer", "--max-waiting", "32"]).unwrap();
+        assert_eq!(config.max_waiting, Some(32));
+        assert_eq!(config.check(), Ok(()));
+        let flags = config.to_flags();
+        let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+        assert_eq!(parse(&flags).unwrap(), config);
+        assert_eq!(BackendConfig::from_json(&config.to_json()).unwrap(), config);
+        assert!(
+            config
+                .describe()
+                .ends_with("queued by WorkerQueueLayer, at most 32 waiting")
+        );
+        let own = parse(&["--max-waiting", "32"]).unwrap();
+        assert!(own.check().unwrap_err().contains("add --queue layer"));
+        // A report from before the bound: any number may wait.
+        let mut old = config.to_json();
+        old.as_object_mut().unwrap().remove("max_waiting");
+        assert_eq!(BackendConfig::from_json(&old).unwrap().max_waiting, None);
     }
 
     #[test]
