@@ -2,7 +2,8 @@
 //! behind `WorkerQueueLayer`, and the caller's guard reads the reports with
 //! `GuardBuilder::outbound_classifier(HttpClassifier::new().queue_timing(..))` in its reqwest
 //! client. The waits the dependency timed (on its manual clock) reach the guard's limit
-//! algorithm with each success.
+//! algorithm with each success; and when the dependency's queue is bounded and full, its `503`
+//! reaches the algorithm as a dropped call.
 #![cfg(all(feature = "axum", feature = "reqwest"))]
 
 use std::sync::Arc;
@@ -13,14 +14,16 @@ use axum::routing::get;
 use flowguard::Guard;
 use flowguard::clock::ManualClock;
 use flowguard::vegas::worker_queue::WorkerQueueLayer;
-use flowguard::vegas::{HttpClassifier, LimitAlgorithm, Limiter, QueueTiming, Sample};
+use flowguard::vegas::{HttpClassifier, LimitAlgorithm, Limiter, Outcome, QueueTiming, Sample};
 use parking_lot::Mutex;
 use tokio::sync::Semaphore;
 
-/// A fixed limit that records the queue wait reported with each success.
+/// A fixed limit that records the queue wait reported with each success, and the outcome of
+/// each call finished without one.
 struct Recording {
     limit: usize,
     queued: Arc<Mutex<Vec<Duration>>>,
+    outcomes: Arc<Mutex<Vec<Outcome>>>,
 }
 
 impl LimitAlgorithm for Recording {
@@ -32,7 +35,8 @@ impl LimitAlgorithm for Recording {
         self.limit
     }
 
-    fn update(&mut self, _: &Sample) -> usize {
+    fn update(&mut self, sample: &Sample) -> usize {
+        self.outcomes.lock().push(sample.outcome);
         self.limit
     }
 
@@ -71,6 +75,7 @@ async fn the_guards_client_learns_the_wait_the_worker_queue_reported() {
     let algorithm = Recording {
         limit: 4,
         queued: queued.clone(),
+        outcomes: Arc::default(),
     };
     let guard = Guard::builder()
         .concurrency(Limiter::builder(algorithm).build().unwrap())
@@ -104,5 +109,61 @@ async fn the_guards_client_learns_the_wait_the_worker_queue_reported() {
     let mut queued = queued.lock().clone();
     queued.sort();
     assert_eq!(queued, [Duration::ZERO, Duration::from_millis(3)]);
+    assert_eq!(guard.concurrency().in_flight(), 0);
+}
+
+#[tokio::test]
+async fn a_full_queues_503_reaches_the_guards_limit_as_a_drop() {
+    // The dependency: one worker and no place to wait; its handler answers once let.
+    let workers = WorkerQueueLayer::builder(1, QueueTiming::server_timing("queue").unwrap())
+        .max_waiting(0)
+        .build()
+        .unwrap();
+    let answers = Arc::new(Semaphore::new(0));
+    let app = Router::new()
+        .route(
+            "/work",
+            get({
+                let answers = answers.clone();
+                move || async move { answers.acquire().await.unwrap().forget() }
+            }),
+        )
+        .layer(workers.clone());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/work", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await });
+
+    // The caller: a guard with the default outbound classifier.
+    let outcomes = Arc::new(Mutex::new(Vec::new()));
+    let algorithm = Recording {
+        limit: 4,
+        queued: Arc::default(),
+        outcomes: outcomes.clone(),
+    };
+    let guard = Guard::builder()
+        .concurrency(Limiter::builder(algorithm).build().unwrap())
+        .build()
+        .await
+        .unwrap();
+    let client = guard.reqwest_client(reqwest::Client::new());
+    let first = tokio::spawn({
+        let (client, url) = (client.clone(), url.clone());
+        async move { client.get(url).send().await.unwrap().status() }
+    });
+    for _ in 0..10_000 {
+        if workers.busy() == 1 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    assert_eq!(workers.busy(), 1);
+
+    // The worker is busy and no one may wait: answered at once, and a drop for the limit.
+    let second = client.get(&url).send().await.unwrap();
+    assert_eq!(second.status(), 503);
+    assert_eq!(*outcomes.lock(), [Outcome::Dropped]);
+    answers.add_permits(1);
+    assert_eq!(first.await.unwrap(), 200);
+    assert_eq!(outcomes.lock().len(), 2);
     assert_eq!(guard.concurrency().in_flight(), 0);
 }
