@@ -66,6 +66,12 @@
 //! queue, and carries no report of a wait. A caller whose limiter reads the `503` (the crate's
 //! [`HttpClassifier`](crate::vegas::HttpClassifier) counts it as a dropped call) cuts its limit.
 //!
+//! Choose the bound from the wait the callers accept. The last request admitted waits for about
+//! `max_waiting / workers` service times, so `workers * deadline / service time` answers at once
+//! the requests that would otherwise wait past their callers' deadline: 8 workers at 10 ms for
+//! callers that give up after 250 ms, `max_waiting(200)`. Adaptive callers (Vegas) keep the queue
+//! far shorter than that and never meet the bound; it is for the callers that do not adapt.
+//!
 //! ```
 //! use flowguard::vegas::QueueTiming;
 //! use flowguard::vegas::worker_queue::WorkerQueueLayer;
