@@ -370,7 +370,7 @@ async fn no_place_to_wait_sheds_whenever_every_worker_is_busy() {
 #[tokio::test(flavor = "current_thread")]
 async fn a_full_queue_can_answer_with_a_response_of_ones_own() {
     let queue = WorkerQueueLayer::builder(1, timing())
-        .max_waiting(0)
+        .max_waiting(3)
         .when_full(|full: &QueueFull| {
             Response::builder()
                 .status(StatusCode::TOO_MANY_REQUESTS)
@@ -380,8 +380,10 @@ async fn a_full_queue_can_answer_with_a_response_of_ones_own() {
                 .body(())
                 .unwrap()
         })
+        .max_waiting(0) // set again after the answer: the answer stays
         .build()
         .unwrap();
+    assert_eq!(queue.max_waiting(), Some(0));
     let gated = Gated::default();
     let mut service = queue.layer(gated.service());
     let (open, served) = spawn_call(&mut service, 0);

@@ -132,6 +132,13 @@ impl WorkerQueueLayerBuilder {
 }
 
 impl<P> WorkerQueueLayerBuilder<Bounded<P>> {
+    /// Changes how many requests may wait, keeping the answer to the one that finds them all
+    /// waiting.
+    pub fn max_waiting(mut self, max_waiting: usize) -> Self {
+        self.max_waiting = Some(max_waiting);
+        self
+    }
+
     /// Answers a request that finds the queue full with `respond`, a
     /// [`FullQueueResponse`](super::FullQueueResponse) such as a closure
     /// `|full: &QueueFull| -> Response<_>`, instead of an empty `503`.
