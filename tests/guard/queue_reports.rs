@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
-use axum::routing::get;
+use axum::routing::{MethodRouter, get};
 use flowguard::Guard;
 use flowguard::clock::ManualClock;
 use flowguard::vegas::worker_queue::WorkerQueueLayer;
@@ -46,6 +46,31 @@ impl LimitAlgorithm for Recording {
     }
 }
 
+/// `GET /work`'s handler: answers once `answers` lets it (a permit each).
+fn gated(answers: &Arc<Semaphore>) -> MethodRouter {
+    let answers = answers.clone();
+    get(move || async move { answers.acquire().await.unwrap().forget() })
+}
+
+/// Serves `app` on a free loopback port; the URL of its `/work`.
+async fn serve(app: Router) -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/work", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    url
+}
+
+/// Waits until `done` holds, 1 ms at a time, at most 10,000 times: the calls it waits for
+/// cross real sockets. The caller asserts what it waited for.
+async fn until(done: impl Fn() -> bool) {
+    for _ in 0..10_000 {
+        if done() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+}
+
 #[tokio::test]
 async fn the_guards_client_learns_the_wait_the_worker_queue_reported() {
     let timing = QueueTiming::server_timing("queue").unwrap();
@@ -57,18 +82,12 @@ async fn the_guards_client_learns_the_wait_the_worker_queue_reported() {
         .build()
         .unwrap();
     let answers = Arc::new(Semaphore::new(0));
-    let app = Router::new()
-        .route(
-            "/work",
-            get({
-                let answers = answers.clone();
-                move || async move { answers.acquire().await.unwrap().forget() }
-            }),
-        )
-        .layer(workers.clone());
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}/work", listener.local_addr().unwrap());
-    tokio::spawn(async move { axum::serve(listener, app).await });
+    let url = serve(
+        Router::new()
+            .route("/work", gated(&answers))
+            .layer(workers.clone()),
+    )
+    .await;
 
     // The caller: a guard whose outbound classifier reads the report.
     let queued = Arc::new(Mutex::new(Vec::new()));
@@ -93,12 +112,7 @@ async fn the_guards_client_learns_the_wait_the_worker_queue_reported() {
 
     // Both calls reach the dependency (real sockets: wait for them, bounded); the second waits
     // for the worker while the dependency's clock moves 3 ms.
-    for _ in 0..10_000 {
-        if workers.busy() == 1 && workers.waiting() == 1 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(1)).await;
-    }
+    until(|| workers.busy() == 1 && workers.waiting() == 1).await;
     assert_eq!((workers.busy(), workers.waiting()), (1, 1));
     clock.advance(Duration::from_millis(3));
     answers.add_permits(2);
@@ -120,18 +134,12 @@ async fn a_full_queues_503_reaches_the_guards_limit_as_a_drop() {
         .build()
         .unwrap();
     let answers = Arc::new(Semaphore::new(0));
-    let app = Router::new()
-        .route(
-            "/work",
-            get({
-                let answers = answers.clone();
-                move || async move { answers.acquire().await.unwrap().forget() }
-            }),
-        )
-        .layer(workers.clone());
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}/work", listener.local_addr().unwrap());
-    tokio::spawn(async move { axum::serve(listener, app).await });
+    let url = serve(
+        Router::new()
+            .route("/work", gated(&answers))
+            .layer(workers.clone()),
+    )
+    .await;
 
     // The caller: a guard with the default outbound classifier.
     let outcomes = Arc::new(Mutex::new(Vec::new()));
@@ -150,12 +158,7 @@ async fn a_full_queues_503_reaches_the_guards_limit_as_a_drop() {
         let (client, url) = (client.clone(), url.clone());
         async move { client.get(url).send().await.unwrap().status() }
     });
-    for _ in 0..10_000 {
-        if workers.busy() == 1 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(1)).await;
-    }
+    until(|| workers.busy() == 1).await;
     assert_eq!(workers.busy(), 1);
 
     // The worker is busy and no one may wait: answered at once, and a drop for the limit.
