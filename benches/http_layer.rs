@@ -49,7 +49,7 @@ use flowguard::gcra::Quota;
 use flowguard::gcra::layer::{HeaderKey, Policy, QuotaLayer};
 use flowguard::vegas::layer::AdaptiveConcurrencyLayer;
 use flowguard::vegas::worker_queue::WorkerQueueLayer;
-use flowguard::vegas::{LimitBounds, Limiter, QueueTiming, Vegas};
+use flowguard::vegas::{LimitBounds, Limiter, Vegas};
 use http::{Request, Response};
 use tower::{Layer, Service, ServiceExt};
 
@@ -298,10 +298,9 @@ fn outbound(c: &mut Criterion) {
     group.finish();
 }
 
-/// `WorkerQueueLayer` with 100 workers, reporting under `queue`.
+/// `WorkerQueueLayer` with 100 workers, reporting under its default metric.
 fn worker_queue() -> impl Service<Request<()>, Response = Response<()>, Error: std::fmt::Debug> {
-    let timing = QueueTiming::server_timing("queue").expect("a token");
-    WorkerQueueLayer::new(100, timing)
+    WorkerQueueLayer::new(100)
         .expect("valid workers")
         .layer(Ok200)
 }

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use flowguard::Guard;
 use flowguard::backoff::RetryPolicy;
 use flowguard::backoff::reqwest::Attempts;
-use flowguard::vegas::{HttpClassifier, QueueTiming, Shed};
+use flowguard::vegas::Shed;
 use tokio::sync::Mutex;
 
 const USAGE: &str =
@@ -67,11 +67,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args = parse_args().map_err(|e| format!("{e}\n{USAGE}"))?;
     let guard = Guard::builder()
         .retry(RetryPolicy::builder().max_attempts(5).name("api").build()?)
-        // An API that says how long each call queued (`Server-Timing: queue;dur=3.2`) lets the
-        // instances of a fleet share it evenly; without the header, nothing changes.
-        .outbound_classifier(
-            HttpClassifier::new().queue_timing(QueueTiming::server_timing("queue")?),
-        )
+        // An API that says how long each call queued (`Server-Timing: flowguard-queue;dur=3.2`,
+        // what the `worker_queue` example answers) lets the instances of a fleet share it
+        // evenly, with no setting here; without the header, nothing changes.
         .build()
         .await?;
     let http = reqwest::Client::builder()

@@ -1,7 +1,8 @@
 //! A dependency that reports its queue: `GET /work` takes `--service-ms` milliseconds, at most
 //! `--workers` requests are served at once, the others wait in arrival order, and every answer
-//! says how long its request waited for a worker (`Server-Timing: queue;dur=<ms>`). Callers
-//! that read the report (`HttpClassifier::queue_timing`) share the service evenly. At most
+//! says how long its request waited for a worker (`Server-Timing: flowguard-queue;dur=<ms>`).
+//! Callers that read the report (a `Guard`'s outbound layer and reqwest client do, by default)
+//! share the service evenly. At most
 //! `--max-waiting` requests wait; the next one gets `503 Service Unavailable` at once.
 //!
 //! Run: `cargo run --example worker_queue --features axum -- [--port 3001] [--workers 4]
@@ -13,7 +14,6 @@ use std::time::Duration;
 
 use axum::Router;
 use axum::routing::get;
-use flowguard::vegas::QueueTiming;
 use flowguard::vegas::worker_queue::WorkerQueueLayer;
 
 const USAGE: &str = "usage: worker_queue [--port P (default 3001)] [--workers N (default 4)] [--max-waiting N (default 100)] [--service-ms MS (default 10)]";
@@ -54,7 +54,7 @@ fn parse_args() -> Result<Args, lexopt::Error> {
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args = parse_args().map_err(|e| format!("{e}\n{USAGE}"))?;
     // Refuses 0 workers with a typed error that says so.
-    let workers = WorkerQueueLayer::builder(args.workers, QueueTiming::server_timing("queue")?)
+    let workers = WorkerQueueLayer::builder(args.workers)
         .max_waiting(args.max_waiting)
         .build()?;
     let service = Duration::from_millis(args.service_ms);

@@ -173,11 +173,12 @@ impl GuardBuilder {
     /// How the outcome of an outbound HTTP call feeds the concurrency limit, in the guard's
     /// `outbound_layer` (feature `tower`) and `reqwest_client` (feature `reqwest`): default
     /// [`HttpClassifier::new`], under which a `429` is ignored (a quota, not a concurrency
-    /// signal) and `503`, `504`, timeouts and connection failures are drops. A dependency that
-    /// reports how long each call waited in its queue (a `Server-Timing` metric) is read with
-    /// [`HttpClassifier::queue_timing`]: for the instances of a fleet, the way to even shares
-    /// (a dependency built on tower writes the metric with
-    /// [`WorkerQueueLayer`](crate::vegas::worker_queue::WorkerQueueLayer)).
+    /// signal) and `503`, `504`, timeouts and connection failures are drops. It also reads how
+    /// long each call waited in the dependency's queue, when the answer reports it in the
+    /// `Server-Timing` metric `flowguard-queue` (what a dependency served behind
+    /// [`WorkerQueueLayer`](crate::vegas::worker_queue::WorkerQueueLayer) writes): for the
+    /// instances of a fleet, the way to even shares. [`HttpClassifier::queue_timing`] reads a
+    /// metric of another name, [`HttpClassifier::without_queue_timing`] none.
     ///
     /// ```
     /// use flowguard::vegas::{HttpClassifier, Outcome};

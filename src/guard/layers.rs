@@ -119,7 +119,8 @@ impl Guard {
     /// [`Shed`](crate::vegas::Shed), and its outcome feeds the limit
     /// (the guard's [`outbound_classifier`](crate::GuardBuilder::outbound_classifier), by
     /// default [`HttpClassifier`](crate::vegas::HttpClassifier): 503, 504, timeouts and
-    /// connection errors are drops, a 429 is ignored). Works over any service with `http` or `reqwest` responses
+    /// connection errors are drops, a 429 is ignored, a dependency's report of its queue in
+    /// `Server-Timing: flowguard-queue` is read). Works over any service with `http` or `reqwest` responses
     /// (a `reqwest::Client` is one). See [`AdaptiveConcurrencyLayer`]. Feature `tower`.
     ///
     /// **Over a `reqwest::Client`, with retries, use

@@ -43,8 +43,9 @@ pub trait OutcomeClassifier<R, E> {
     /// middleware then finish its permit with
     /// [`success_queued`](crate::vegas::Permit::success_queued) instead of
     /// [`success`](crate::vegas::Permit::success). By default `None`: no report is read.
-    /// [`HttpClassifier`] reads one from a `Server-Timing` metric when given a
-    /// [`QueueTiming`](HttpClassifier::queue_timing).
+    /// [`HttpClassifier`] reads one from the `Server-Timing` metric `flowguard-queue` (another
+    /// with [`queue_timing`](HttpClassifier::queue_timing), none with
+    /// [`without_queue_timing`](HttpClassifier::without_queue_timing)).
     fn queued(&self, result: &Result<R, E>) -> Option<Duration> {
         let _ = result;
         None
@@ -66,6 +67,12 @@ impl<R, E, F: Fn(&Result<R, E>) -> Outcome> OutcomeClassifier<R, E> for F {
 /// | any other response (`2xx`, `3xx`, `4xx`, other `5xx`) | [`Success`](Outcome::Success) |
 /// | an error that is a timeout or a connection failure (see [`is_transient`]) | [`Dropped`](Outcome::Dropped) |
 /// | any other error | [`Ignored`](Outcome::Ignored) |
+///
+/// A success whose response reports how long the call queued at the dependency, in the
+/// `Server-Timing` metric [`QueueTiming::default()`] (`flowguard-queue`, what
+/// [`WorkerQueueLayer`](crate::vegas::worker_queue::WorkerQueueLayer) writes), finishes its permit
+/// with that report (see [`queue_timing`](Self::queue_timing)); a response without it is a plain
+/// success.
 ///
 /// A `500` counts as a success: the dependency answered, at the speed it answers, so its
 /// round-trip time is a fair latency sample; only the statuses that say "too busy" cut the limit.
@@ -142,25 +149,28 @@ impl HttpClassifier {
     pub const fn with_statuses(statuses: fn(StatusCode) -> Outcome) -> Self {
         Self {
             statuses,
-            queue: None,
+            queue: Some(QueueTiming::DEFAULT),
         }
     }
 
     /// Reads how long each successful call queued at the dependency from the response's
-    /// `Server-Timing` metric `queue` (see [`QueueTiming`]); a response without it is a plain
-    /// success. For a dependency that reports its queue, this evens out the shares of a fleet
-    /// of instances, each with its own limiter. A dependency built on tower reports it with
-    /// [`WorkerQueueLayer`](crate::vegas::worker_queue::WorkerQueueLayer).
+    /// `Server-Timing` metric `queue` names (see [`QueueTiming`]) instead of the default
+    /// `flowguard-queue`: for a dependency that reports its queue under a name of its own. A
+    /// response without it is a plain success. For a dependency that reports its queue, this
+    /// evens out the shares of a fleet of instances, each with its own limiter.
     ///
     /// ```
     /// use flowguard::vegas::{HttpClassifier, OutcomeClassifier, QueueTiming};
     /// use flowguard::backoff::BoxError;
     /// use std::time::Duration;
     ///
-    /// let classifier = HttpClassifier::new().queue_timing(QueueTiming::server_timing("queue")?);
     /// let answer: Result<http::Response<()>, BoxError> = Ok(http::Response::builder()
     ///     .header("server-timing", "queue;dur=12.5, app;dur=10")
     ///     .body(())?);
+    /// // The default reads `flowguard-queue`, which this answer does not have:
+    /// assert_eq!(HttpClassifier::new().queued(&answer), None);
+    ///
+    /// let classifier = HttpClassifier::new().queue_timing(QueueTiming::server_timing("queue")?);
     /// assert_eq!(classifier.queued(&answer), Some(Duration::from_micros(12_500)));
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
@@ -169,7 +179,32 @@ impl HttpClassifier {
         self
     }
 
-    /// Where this classifier reads the dependency's queueing, if it does.
+    /// Reads no report of the dependency's queueing: every success is a plain one, and Vegas
+    /// learns the dependency's unloaded round-trip time from the lowest round-trip times it
+    /// sees. For a dependency whose `flowguard-queue` metric cannot be trusted (it times
+    /// something other than the call's whole wait for a worker), or to measure the limiter
+    /// without the reports.
+    ///
+    /// ```
+    /// use flowguard::vegas::{HttpClassifier, OutcomeClassifier};
+    /// use flowguard::backoff::BoxError;
+    ///
+    /// let answer: Result<http::Response<()>, BoxError> = Ok(http::Response::builder()
+    ///     .header("server-timing", "flowguard-queue;dur=12.5")
+    ///     .body(())?);
+    /// assert!(HttpClassifier::new().queued(&answer).is_some());
+    /// let classifier = HttpClassifier::new().without_queue_timing();
+    /// assert_eq!(classifier.queued(&answer), None);
+    /// assert!(classifier.queue().is_none());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn without_queue_timing(mut self) -> Self {
+        self.queue = None;
+        self
+    }
+
+    /// Where this classifier reads the dependency's queueing, if it does (by default
+    /// [`QueueTiming::default()`]).
     pub fn queue(&self) -> Option<&QueueTiming> {
         self.queue.as_ref()
     }

@@ -19,7 +19,7 @@
 //!   [`Shed`].
 //! - The dependency's side: `vegas::worker_queue` (feature `tower`) serves an HTTP service's
 //!   requests a few at a time and reports each one's wait for a worker (`Server-Timing`), which
-//!   the callers read with [`HttpClassifier::queue_timing`] to keep a fleet's shares even.
+//!   the callers' [`HttpClassifier`] reads by default to keep a fleet's shares even.
 //! - Time: the limiter reads a [`MonotonicClock`](crate::clock::MonotonicClock) by default; give
 //!   it a [`ManualClock`](crate::clock::ManualClock) with [`LimiterBuilder::clock`] in tests and
 //!   simulations.

@@ -14,21 +14,29 @@ use crate::headers::Decimal;
 const SERVER_TIMING: HeaderName = HeaderName::from_static("server-timing");
 
 /// The `Server-Timing` metric in which a dependency reports how long each call waited in its
-/// queue before a worker took it, e.g. `Server-Timing: queue;dur=3.2` (milliseconds, as the
-/// header's `dur` always is).
+/// queue before a worker took it, e.g. `Server-Timing: flowguard-queue;dur=3.2` (milliseconds,
+/// as the header's `dur` always is).
 ///
-/// Given to [`HttpClassifier::queue_timing`](crate::vegas::HttpClassifier::queue_timing), it
-/// lets the outbound layer and the reqwest middleware finish each successful call with
-/// [`Permit::success_queued`](crate::vegas::Permit::success_queued): Vegas then learns the
-/// dependency's unloaded round-trip time from `rtt - queued`, which every instance of a fleet
-/// measures alike, instead of from the lowest round-trip time it saw, which depends on the
-/// queue the other instances keep. That is what makes a fleet's shares even (see the guide's
-/// "When the dependency reports its queue").
+/// Both sides use [`QueueTiming::default()`], the metric [`DEFAULT_METRIC`](Self::DEFAULT_METRIC)
+/// (`flowguard-queue`), unless told otherwise: the [`HttpClassifier`](crate::vegas::HttpClassifier)
+/// that a `Guard`'s outbound layer and reqwest middleware use reads it, and
+/// [`WorkerQueueLayer`](crate::vegas::worker_queue::WorkerQueueLayer) (feature `tower`) writes it.
+/// So a fleet of instances in front of a dependency served behind that layer gets the reports
+/// with no setting on either side. The name is the crate's own, so that no other server's
+/// `Server-Timing` metric (a `queue` timed against a load balancer's clock, say) is taken for
+/// one. [`server_timing`](Self::server_timing) names another metric, for a dependency that
+/// already reports its queue under a name of its own.
+///
+/// Read by the classifier, the report lets the outbound layer and the reqwest middleware finish
+/// each successful call with [`Permit::success_queued`](crate::vegas::Permit::success_queued):
+/// Vegas then learns the dependency's unloaded round-trip time from `rtt - queued`, which every
+/// instance of a fleet measures alike, instead of from the lowest round-trip time it saw, which
+/// depends on the queue the other instances keep. That is what makes a fleet's shares even (see
+/// the guide's "When the dependency reports its queue").
 ///
 /// The dependency's side is [`append`](Self::append) (or [`header_value`](Self::header_value)):
 /// the header to answer with; a tower service that serves its requests a few at a time can let
-/// [`WorkerQueueLayer`](crate::vegas::worker_queue::WorkerQueueLayer) (feature `tower`) queue
-/// them and answer the header.
+/// `WorkerQueueLayer` queue them and answer the header.
 /// The report must cover the whole wait, from the moment the request joined the queue to the
 /// moment a worker took it: a dependency that reports less hides that much of its queue from
 /// Vegas. A report as long as the round trip or longer cannot be true and counts as none.
@@ -38,12 +46,12 @@ const SERVER_TIMING: HeaderName = HeaderName::from_static("server-timing");
 /// use flowguard::vegas::QueueTiming;
 /// use http::HeaderMap;
 ///
-/// let timing = QueueTiming::server_timing("queue")?;
+/// let timing = QueueTiming::default();
 ///
 /// // The dependency: the call waited 3.2 ms for a worker.
 /// let mut headers = HeaderMap::new();
 /// headers.insert("server-timing", timing.header_value(Duration::from_micros(3200)));
-/// assert_eq!(headers["server-timing"], "queue;dur=3.200");
+/// assert_eq!(headers["server-timing"], "flowguard-queue;dur=3.200");
 ///
 /// // The client: reads it back, among other metrics.
 /// headers.append("server-timing", "db;dur=53, app;dur=47.2".parse()?);
@@ -52,10 +60,51 @@ const SERVER_TIMING: HeaderName = HeaderName::from_static("server-timing");
 /// ```
 #[derive(Clone, PartialEq, Eq)]
 pub struct QueueTiming {
-    metric: Arc<str>,
+    metric: Metric,
+}
+
+/// A metric's name: the default one without an allocation (so that
+/// [`HttpClassifier::new`](crate::vegas::HttpClassifier::new) stays a `const fn`), any other
+/// shared by the clones.
+#[derive(Clone)]
+enum Metric {
+    Static(&'static str),
+    Shared(Arc<str>),
+}
+
+impl Metric {
+    fn as_str(&self) -> &str {
+        match self {
+            Self::Static(name) => name,
+            Self::Shared(name) => name,
+        }
+    }
+}
+
+impl PartialEq for Metric {
+    fn eq(&self, other: &Self) -> bool {
+        self.as_str() == other.as_str()
+    }
+}
+
+impl Eq for Metric {}
+
+impl Default for QueueTiming {
+    /// The metric [`DEFAULT_METRIC`](Self::DEFAULT_METRIC), `flowguard-queue`.
+    fn default() -> Self {
+        Self::DEFAULT
+    }
 }
 
 impl QueueTiming {
+    /// The metric both sides use unless told otherwise: `flowguard-queue`.
+    pub const DEFAULT_METRIC: &'static str = "flowguard-queue";
+
+    /// [`QueueTiming::default()`], usable in a `const`.
+    pub(crate) const DEFAULT: Self = Self {
+        metric: Metric::Static(Self::DEFAULT_METRIC),
+    };
+
     /// The `Server-Timing` metric called `metric`, or [`ConfigError::InvalidMetricName`] when
     /// `metric` is not an HTTP token (letters, digits and ``!#$%&'*+-.^_`|~``, at least one).
     pub fn server_timing(metric: &str) -> Result<Self, ConfigError> {
@@ -65,13 +114,13 @@ impl QueueTiming {
             });
         }
         Ok(Self {
-            metric: metric.into(),
+            metric: Metric::Shared(metric.into()),
         })
     }
 
     /// The metric's name.
     pub fn metric(&self) -> &str {
-        &self.metric
+        self.metric.as_str()
     }
 
     /// How long the call waited, as reported in `headers`: the `dur` of the first metric of
@@ -98,8 +147,9 @@ impl QueueTiming {
         let micros = (queued.as_nanos() + 500) / 1_000;
         let millis = Decimal::new(u64::try_from(micros / 1_000).unwrap_or(u64::MAX));
         let fraction = (micros % 1_000) as u16;
-        let mut value = Vec::with_capacity(self.metric.len() + ";dur=".len() + millis.len() + 4);
-        value.extend_from_slice(self.metric.as_bytes());
+        let metric = self.metric();
+        let mut value = Vec::with_capacity(metric.len() + ";dur=".len() + millis.len() + 4);
+        value.extend_from_slice(metric.as_bytes());
         value.extend_from_slice(b";dur=");
         value.extend_from_slice(millis.as_bytes());
         value.push(b'.');
@@ -118,13 +168,13 @@ impl QueueTiming {
     /// use std::time::Duration;
     /// use flowguard::vegas::QueueTiming;
     ///
-    /// let timing = QueueTiming::server_timing("queue")?;
+    /// let timing = QueueTiming::default();
     /// let mut response = http::Response::new(());
     /// response.headers_mut().insert("server-timing", "db;dur=4".parse()?);
     /// timing.append(response.headers_mut(), Duration::from_millis(12));
     ///
     /// let fields: Vec<_> = response.headers().get_all("server-timing").iter().collect();
-    /// assert_eq!(fields, ["db;dur=4", "queue;dur=12.000"]);
+    /// assert_eq!(fields, ["db;dur=4", "flowguard-queue;dur=12.000"]);
     /// assert_eq!(timing.read(response.headers()), Some(Duration::from_millis(12)));
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
@@ -137,7 +187,7 @@ impl QueueTiming {
     fn duration_in(&self, entry: &str) -> Option<Duration> {
         let mut parts = entry.split(';');
         let name = parts.next()?.trim();
-        if !name.eq_ignore_ascii_case(&self.metric) {
+        if !name.eq_ignore_ascii_case(self.metric()) {
             return None;
         }
         // The first `dur` counts; later ones are ignored, as browsers do.
@@ -158,7 +208,7 @@ impl QueueTiming {
 impl fmt::Debug for QueueTiming {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_tuple("QueueTiming::server_timing")
-            .field(&&*self.metric)
+            .field(&self.metric())
             .finish()
     }
 }
@@ -248,6 +298,26 @@ mod tests {
             let expected = format!("queue;dur={}.{:03}", micros / 1_000, micros % 1_000);
             assert_eq!(value(nanos), expected, "{nanos} ns");
         }
+    }
+
+    #[test]
+    fn the_default_metric_is_the_crates_own_and_equals_the_same_name_given() {
+        let timing = QueueTiming::default();
+        assert_eq!(timing.metric(), "flowguard-queue");
+        assert_eq!(
+            timing,
+            QueueTiming::server_timing(QueueTiming::DEFAULT_METRIC).unwrap()
+        );
+        assert_ne!(timing, queue());
+        assert_eq!(
+            timing.read(&headers(&["queue;dur=5, flowguard-queue;dur=2"])),
+            Some(Duration::from_millis(2))
+        );
+        assert_eq!(timing.read(&headers(&["queue;dur=5"])), None);
+        assert_eq!(
+            format!("{timing:?}"),
+            "QueueTiming::server_timing(\"flowguard-queue\")"
+        );
     }
 
     #[test]

@@ -1,8 +1,9 @@
 //! Queue reports through the `Guard`, both ends as a user sets them up: the dependency serves
-//! behind `WorkerQueueLayer`, and the caller's guard reads the reports with
-//! `GuardBuilder::outbound_classifier(HttpClassifier::new().queue_timing(..))` in its reqwest
-//! client. The waits the dependency timed (on its manual clock) reach the guard's limit
-//! algorithm with each success; and when the dependency's queue is bounded and full, its `503`
+//! behind `WorkerQueueLayer`, and the caller's guard reads the reports in its reqwest client,
+//! with no setting on either side (the metric `flowguard-queue`), or under a name both sides
+//! give. The waits the dependency timed (on its manual clock) reach the guard's limit
+//! algorithm with each success; a name only one side gives, or a classifier told not to read
+//! reports, leaves plain successes; and when the dependency's queue is bounded and full, its `503`
 //! reaches the algorithm as a dropped call.
 #![cfg(all(feature = "axum", feature = "reqwest"))]
 
@@ -13,7 +14,7 @@ use axum::Router;
 use axum::routing::{MethodRouter, get};
 use flowguard::Guard;
 use flowguard::clock::ManualClock;
-use flowguard::vegas::worker_queue::WorkerQueueLayer;
+use flowguard::vegas::worker_queue::{WorkerQueueLayer, WorkerQueueLayerBuilder};
 use flowguard::vegas::{HttpClassifier, LimitAlgorithm, Limiter, Outcome, QueueTiming, Sample};
 use parking_lot::Mutex;
 use tokio::sync::Semaphore;
@@ -71,16 +72,18 @@ async fn until(done: impl Fn() -> bool) {
     }
 }
 
-#[tokio::test]
-async fn the_guards_client_learns_the_wait_the_worker_queue_reported() {
-    let timing = QueueTiming::server_timing("queue").unwrap();
-
+/// What the caller's algorithm got from two calls through a guard built with `classifier` (the
+/// default when `None`) against a dependency of one worker built by `workers`, the second call
+/// waiting for the worker while the dependency's clock moves 3 ms: the queue waits reported with
+/// successes, and the outcomes of the calls finished without one.
+async fn two_calls_one_waiting(
+    workers: WorkerQueueLayerBuilder,
+    classifier: Option<HttpClassifier>,
+) -> (Vec<Duration>, Vec<Outcome>) {
     // The dependency: one worker; its handler answers once the test lets it.
     let clock = ManualClock::new();
-    let workers = WorkerQueueLayer::builder(1, timing.clone())
-        .clock(clock.clone())
-        .build()
-        .unwrap();
+    let workers = workers.clock(clock.clone()).build().unwrap();
+    assert_eq!(workers.workers(), 1);
     let answers = Arc::new(Semaphore::new(0));
     let url = serve(
         Router::new()
@@ -89,19 +92,19 @@ async fn the_guards_client_learns_the_wait_the_worker_queue_reported() {
     )
     .await;
 
-    // The caller: a guard whose outbound classifier reads the report.
+    // The caller: a guard whose outbound classifier is `classifier`.
     let queued = Arc::new(Mutex::new(Vec::new()));
+    let outcomes = Arc::new(Mutex::new(Vec::new()));
     let algorithm = Recording {
         limit: 4,
         queued: queued.clone(),
-        outcomes: Arc::default(),
+        outcomes: outcomes.clone(),
     };
-    let guard = Guard::builder()
-        .concurrency(Limiter::builder(algorithm).build().unwrap())
-        .outbound_classifier(HttpClassifier::new().queue_timing(timing))
-        .build()
-        .await
-        .unwrap();
+    let mut builder = Guard::builder().concurrency(Limiter::builder(algorithm).build().unwrap());
+    if let Some(classifier) = classifier {
+        builder = builder.outbound_classifier(classifier);
+    }
+    let guard = builder.build().await.unwrap();
     let client = guard.reqwest_client(reqwest::Client::new());
     let calls: Vec<_> = (0..2)
         .map(|_| {
@@ -119,20 +122,55 @@ async fn the_guards_client_learns_the_wait_the_worker_queue_reported() {
     for call in calls {
         assert_eq!(call.await.unwrap(), 200);
     }
+    assert_eq!(guard.concurrency().in_flight(), 0);
 
     let mut queued = queued.lock().clone();
     queued.sort();
+    let outcomes = outcomes.lock().clone();
+    (queued, outcomes)
+}
+
+#[tokio::test]
+async fn with_no_setting_on_either_side_the_guard_learns_the_wait_the_worker_queue_reported() {
+    let (queued, outcomes) = two_calls_one_waiting(WorkerQueueLayer::builder(1), None).await;
     assert_eq!(queued, [Duration::ZERO, Duration::from_millis(3)]);
-    assert_eq!(guard.concurrency().in_flight(), 0);
+    assert_eq!(outcomes, []);
+}
+
+#[tokio::test]
+async fn a_metric_of_another_name_is_read_where_both_sides_name_it_and_none_without_reports() {
+    let named = || QueueTiming::server_timing("queue").unwrap();
+
+    let both_named = two_calls_one_waiting(
+        WorkerQueueLayer::builder(1).queue_timing(named()),
+        Some(HttpClassifier::new().queue_timing(named())),
+    )
+    .await;
+    assert_eq!(both_named.0, [Duration::ZERO, Duration::from_millis(3)]);
+
+    // The default classifier does not take the other name for its own: plain successes.
+    let only_the_dependency_named =
+        two_calls_one_waiting(WorkerQueueLayer::builder(1).queue_timing(named()), None).await;
+    assert_eq!(
+        only_the_dependency_named,
+        (vec![], vec![Outcome::Success, Outcome::Success])
+    );
+
+    let reports_not_read = two_calls_one_waiting(
+        WorkerQueueLayer::builder(1),
+        Some(HttpClassifier::new().without_queue_timing()),
+    )
+    .await;
+    assert_eq!(
+        reports_not_read,
+        (vec![], vec![Outcome::Success, Outcome::Success])
+    );
 }
 
 #[tokio::test]
 async fn a_full_queues_503_reaches_the_guards_limit_as_a_drop() {
     // The dependency: one worker and no place to wait; its handler answers once let.
-    let workers = WorkerQueueLayer::builder(1, QueueTiming::server_timing("queue").unwrap())
-        .max_waiting(0)
-        .build()
-        .unwrap();
+    let workers = WorkerQueueLayer::builder(1).max_waiting(0).build().unwrap();
     let answers = Arc::new(Semaphore::new(0));
     let url = serve(
         Router::new()
@@ -143,9 +181,10 @@ async fn a_full_queues_503_reaches_the_guards_limit_as_a_drop() {
 
     // The caller: a guard with the default outbound classifier.
     let outcomes = Arc::new(Mutex::new(Vec::new()));
+    let queued = Arc::new(Mutex::new(Vec::new()));
     let algorithm = Recording {
         limit: 4,
-        queued: Arc::default(),
+        queued: queued.clone(),
         outcomes: outcomes.clone(),
     };
     let guard = Guard::builder()
@@ -167,6 +206,8 @@ async fn a_full_queues_503_reaches_the_guards_limit_as_a_drop() {
     assert_eq!(*outcomes.lock(), [Outcome::Dropped]);
     answers.add_permits(1);
     assert_eq!(first.await.unwrap(), 200);
-    assert_eq!(outcomes.lock().len(), 2);
+    // The first call, served, is a success with its (real-clock) wait reported.
+    assert_eq!(*outcomes.lock(), [Outcome::Dropped]);
+    assert_eq!(queued.lock().len(), 1);
     assert_eq!(guard.concurrency().in_flight(), 0);
 }

@@ -15,9 +15,7 @@ use common::Scripted;
 use flowguard::backoff::tower::HttpRetry;
 use flowguard::backoff::{BoxError, HttpRetryPolicy, RetryPolicy};
 use flowguard::vegas::layer::AdaptiveConcurrencyLayer;
-use flowguard::vegas::{
-    AcquireError, ConfigError, Fixed, HttpClassifier, Limiter, Outcome, QueueTiming, Sample, Shed,
-};
+use flowguard::vegas::{AcquireError, ConfigError, Fixed, Limiter, Outcome, Sample, Shed};
 use http::{Request, Response, StatusCode};
 use parking_lot::Mutex;
 use tokio::sync::Notify;
@@ -274,9 +272,8 @@ async fn a_queue_the_dependency_reports_reaches_the_algorithm_with_the_success()
     let algorithm = Scripted::new(4, &[]);
     let (samples, queued) = (algorithm.samples.clone(), algorithm.queued.clone());
     let limiter = Limiter::builder(algorithm).build().unwrap();
-    let timing = QueueTiming::server_timing("queue").unwrap();
+    // The default classifier reads the metric `flowguard-queue`.
     let concurrency = AdaptiveConcurrencyLayer::builder(limiter.clone())
-        .classifier(HttpClassifier::new().queue_timing(timing))
         .build()
         .unwrap();
     let mut svc = concurrency.layer(service_fn(|req: Request<(u16, &'static str)>| async move {
@@ -289,11 +286,12 @@ async fn a_queue_the_dependency_reports_reaches_the_algorithm_with_the_success()
         Ok::<_, BoxError>(response)
     }));
     for answer in [
-        (200, "app;dur=9, queue;dur=2.5"),
-        (200, ""),             // no report: a plain success
-        (200, "queue;dur=-1"), // a malformed report: a plain success
-        (503, "queue;dur=40"), // a drop stays a drop
-        (404, "queue;dur=0"),  // any success carries its report
+        (200, "app;dur=9, flowguard-queue;dur=2.5"),
+        (200, ""),                       // no report: a plain success
+        (200, "flowguard-queue;dur=-1"), // a malformed report: a plain success
+        (200, "queue;dur=3"),            // another metric: a plain success
+        (503, "flowguard-queue;dur=40"), // a drop stays a drop
+        (404, "flowguard-queue;dur=0"),  // any success carries its report
     ] {
         svc.ready()
             .await
@@ -305,7 +303,7 @@ async fn a_queue_the_dependency_reports_reaches_the_algorithm_with_the_success()
     use Outcome::{Dropped, Success};
     assert_eq!(
         outcomes(&samples),
-        vec![Success, Success, Success, Dropped, Success]
+        vec![Success, Success, Success, Success, Dropped, Success]
     );
     assert_eq!(
         *queued.lock(),

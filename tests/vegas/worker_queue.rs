@@ -19,8 +19,9 @@ use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 use tower::{Layer, Service, service_fn};
 
+/// The metric the layer writes unless told otherwise.
 fn timing() -> QueueTiming {
-    QueueTiming::server_timing("queue").unwrap()
+    QueueTiming::default()
 }
 
 /// Yields to the runtime until `done` holds (at most 1,000 times: the tasks it waits for only
@@ -88,7 +89,7 @@ where
 }
 
 fn queue_on(clock: &ManualClock, workers: usize) -> WorkerQueueLayer {
-    WorkerQueueLayer::builder(workers, timing())
+    WorkerQueueLayer::builder(workers)
         .clock(clock.clone())
         .build()
         .unwrap()
@@ -186,6 +187,7 @@ async fn the_report_joins_the_services_own_metrics_and_errors_pass_through() {
     let fields: Vec<_> = response.headers().get_all("server-timing").iter().collect();
     assert_eq!(fields.len(), 2);
     assert_eq!(fields[0], "app;dur=7");
+    assert_eq!(fields[1], "flowguard-queue;dur=0.000");
     assert_eq!(timing().read(response.headers()), Some(Duration::ZERO));
 
     // Always ready: no `ready()` needed before a call.
@@ -196,10 +198,10 @@ async fn the_report_joins_the_services_own_metrics_and_errors_pass_through() {
 
 #[test]
 fn a_worker_count_of_zero_or_above_the_largest_limit_is_refused() {
-    let zero = WorkerQueueLayer::new(0, timing()).unwrap_err();
+    let zero = WorkerQueueLayer::new(0).unwrap_err();
     assert_eq!(zero, ConfigError::ZeroCount { field: "workers" });
     assert_eq!(zero.to_string(), "`workers` is 0; it must be at least 1");
-    let huge = WorkerQueueLayer::new(MAX_LIMIT + 1, timing()).unwrap_err();
+    let huge = WorkerQueueLayer::new(MAX_LIMIT + 1).unwrap_err();
     assert_eq!(
         huge,
         ConfigError::LimitTooLarge {
@@ -208,9 +210,27 @@ fn a_worker_count_of_zero_or_above_the_largest_limit_is_refused() {
             max: MAX_LIMIT
         }
     );
-    let layer = WorkerQueueLayer::new(MAX_LIMIT, timing()).unwrap();
+    let layer = WorkerQueueLayer::new(MAX_LIMIT).unwrap();
     assert_eq!((layer.workers(), layer.busy()), (MAX_LIMIT, 0));
-    assert_eq!(layer.timing().metric(), "queue");
+    assert_eq!(layer.timing(), &QueueTiming::default());
+}
+
+#[tokio::test]
+async fn the_wait_is_written_under_the_metric_named() {
+    let named = QueueTiming::server_timing("queue").unwrap();
+    let queue = WorkerQueueLayer::builder(1)
+        .queue_timing(named.clone())
+        .clock(ManualClock::new())
+        .build()
+        .unwrap();
+    assert_eq!(queue.timing(), &named);
+    let mut service = queue.layer(service_fn(|_request: Request<()>| async {
+        Ok::<_, Infallible>(Response::new(()))
+    }));
+    let response = service.call(Request::new(())).await.unwrap();
+    let fields: Vec<_> = response.headers().get_all("server-timing").iter().collect();
+    assert_eq!(fields, ["queue;dur=0.000"]);
+    assert_eq!(timing().read(response.headers()), None);
 }
 
 #[tokio::test(flavor = "current_thread")]
@@ -218,7 +238,7 @@ async fn busy_waiting_and_each_wait_are_exported() {
     let (recorder, store) = crate::support::recorder::TestRecorder::new();
     let clock = ManualClock::new();
     let queue = metrics::with_local_recorder(&recorder, || {
-        WorkerQueueLayer::builder(1, timing())
+        WorkerQueueLayer::builder(1)
             .name("inventory")
             .clock(clock.clone())
             .build()
@@ -271,7 +291,7 @@ async fn clones_and_services_of_one_layer_share_its_workers() {
 /// A queue of 1 worker on which at most `max_waiting` wait, a clock, and a gated service.
 fn bounded_queue(max_waiting: usize) -> (ManualClock, WorkerQueueLayer<Bounded>, Gated) {
     let clock = ManualClock::new();
-    let queue = WorkerQueueLayer::builder(1, timing())
+    let queue = WorkerQueueLayer::builder(1)
         .max_waiting(max_waiting)
         .clock(clock.clone())
         .build()
@@ -369,7 +389,7 @@ async fn no_place_to_wait_sheds_whenever_every_worker_is_busy() {
 
 #[tokio::test(flavor = "current_thread")]
 async fn a_full_queue_can_answer_with_a_response_of_ones_own() {
-    let queue = WorkerQueueLayer::builder(1, timing())
+    let queue = WorkerQueueLayer::builder(1)
         .max_waiting(3)
         .when_full(|full: &QueueFull| {
             Response::builder()
@@ -401,7 +421,7 @@ async fn a_full_queue_can_answer_with_a_response_of_ones_own() {
 async fn each_request_refused_by_a_full_queue_is_counted() {
     let (recorder, store) = crate::support::recorder::TestRecorder::new();
     let queue = metrics::with_local_recorder(&recorder, || {
-        WorkerQueueLayer::builder(1, timing())
+        WorkerQueueLayer::builder(1)
             .name("checkout")
             .max_waiting(0)
             .build()

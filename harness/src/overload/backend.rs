@@ -1,7 +1,8 @@
 //! The backend: an HTTP server whose `GET /work` requests wait in an unbounded FIFO queue for one of
 //! `workers` workers, each of which serves one request at a time by sleeping the service time. Each
-//! answer reports how long its request waited for a worker, as `Server-Timing: queue;dur=<ms>`;
-//! only the `flowguard-queue` limiter of the client reads it.
+//! answer reports how long its request waited for a worker, as `Server-Timing:
+//! flowguard-queue;dur=<ms>` (the metric a `Guard` reads by default); only the `flowguard-queue`
+//! limiter of the client reads it (`flowguard` is told not to).
 //!
 //! From `step_at` seconds after a run starts, the service time becomes `service_after` and the
 //! worker count `workers_after` (a worker that is busy finishes its request first). Requests are
@@ -37,10 +38,6 @@ use crate::cli;
 
 /// The `Server-Timing` header, in which `GET /work` answers how long the request queued.
 const SERVER_TIMING: HeaderName = HeaderName::from_static("server-timing");
-
-/// The metric of that header: `queue`.
-pub static QUEUE_TIMING: std::sync::LazyLock<QueueTiming> =
-    std::sync::LazyLock::new(|| QueueTiming::server_timing("queue").expect("`queue` is a token"));
 
 /// Workers, service time, and the step.
 #[derive(Debug, Clone, PartialEq)]
@@ -499,7 +496,7 @@ pub async fn serve(listener: TcpListener, config: BackendConfig) -> std::io::Res
         BackendQueue::Own => None,
         BackendQueue::Layer => {
             config.check().map_err(std::io::Error::other)?;
-            let builder = WorkerQueueLayer::builder(config.workers, QUEUE_TIMING.clone());
+            let builder = WorkerQueueLayer::builder(config.workers);
             let layer = match config.max_waiting {
                 None => builder.build().map(Layered::Unbounded),
                 Some(max_waiting) => builder
@@ -596,7 +593,7 @@ async fn worker(
 }
 
 /// `GET /work`: queued, served by a worker, answered 200 with how long it waited for the worker
-/// in `Server-Timing: queue;dur=<ms>` (503 if the backend is shutting down).
+/// in `Server-Timing: flowguard-queue;dur=<ms>` (503 if the backend is shutting down).
 async fn work(State(shared): State<Arc<Shared>>) -> Response {
     let (reply, answer) = oneshot::channel();
     let job = Job {
@@ -610,9 +607,11 @@ async fn work(State(shared): State<Arc<Shared>>) -> Response {
         return (StatusCode::SERVICE_UNAVAILABLE, "shutting down\n").into_response();
     }
     match answer.await {
-        Ok(queued) => {
-            ([(SERVER_TIMING, QUEUE_TIMING.header_value(queued))], "ok\n").into_response()
-        }
+        Ok(queued) => (
+            [(SERVER_TIMING, QueueTiming::default().header_value(queued))],
+            "ok\n",
+        )
+            .into_response(),
         Err(_) => (StatusCode::SERVICE_UNAVAILABLE, "discarded\n").into_response(),
     }
 }

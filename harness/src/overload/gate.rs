@@ -16,7 +16,6 @@ use flowguard::Guard;
 use flowguard::vegas::layer::AdaptiveConcurrencyService;
 use flowguard::vegas::{HttpClassifier, Limiter, Shed};
 
-use super::backend::QUEUE_TIMING;
 use tokio::time::Instant;
 use tower::{Layer, Service, ServiceExt};
 
@@ -28,10 +27,11 @@ pub enum LimiterKind {
     /// tower's `ConcurrencyLimit` with this many permits (hand-sized).
     Fixed(usize),
     /// flowguard's outbound layer, as a `Guard` hands it out: its default Vegas limiter, the
-    /// same wait for a permit as the others.
+    /// same wait for a permit as the others, but told not to read the backend's queue reports
+    /// (`HttpClassifier::without_queue_timing`): Vegas on round-trip times alone.
     Flowguard,
-    /// The same, reading the queueing the backend reports in each answer (`Server-Timing:
-    /// queue;dur=<ms>`) with `HttpClassifier::queue_timing`.
+    /// The guard's outbound layer with its default classifier, which reads the queueing the
+    /// backend reports in each answer (`Server-Timing: flowguard-queue;dur=<ms>`).
     FlowguardQueue,
     /// tower-acc 0.1's `ConcurrencyLimit` with its default Vegas.
     TowerAcc,
@@ -246,8 +246,8 @@ impl Gate {
             }
             LimiterKind::Flowguard | LimiterKind::FlowguardQueue => {
                 let mut classifier = HttpClassifier::new();
-                if kind == LimiterKind::FlowguardQueue {
-                    classifier = classifier.queue_timing(QUEUE_TIMING.clone());
+                if kind == LimiterKind::Flowguard {
+                    classifier = classifier.without_queue_timing();
                 }
                 let guard = Guard::builder()
                     .acquire_timeout(wait)

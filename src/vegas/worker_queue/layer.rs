@@ -30,18 +30,20 @@ pub struct WorkerQueueLayer<B = Unbounded> {
 }
 
 impl WorkerQueueLayer {
-    /// A layer with `workers` workers that reports each wait under `timing`, timed by a
-    /// [`MonotonicClock`], with no bound on the queue; [`ConfigError::ZeroCount`] when `workers`
-    /// is 0 and [`ConfigError::LimitTooLarge`] above [`MAX_LIMIT`](crate::vegas::MAX_LIMIT).
-    pub fn new(workers: usize, timing: QueueTiming) -> Result<Self, ConfigError> {
-        Self::builder(workers, timing).build()
+    /// A layer with `workers` workers that reports each wait in the `Server-Timing` metric
+    /// `flowguard-queue` ([`QueueTiming::default()`], what the callers' default classifier
+    /// reads), timed by a [`MonotonicClock`], with no bound on the queue;
+    /// [`ConfigError::ZeroCount`] when `workers` is 0 and [`ConfigError::LimitTooLarge`] above
+    /// [`MAX_LIMIT`](crate::vegas::MAX_LIMIT).
+    pub fn new(workers: usize) -> Result<Self, ConfigError> {
+        Self::builder(workers).build()
     }
 
-    /// Starts configuring a layer with `workers` workers that reports each wait under `timing`.
-    pub fn builder(workers: usize, timing: QueueTiming) -> WorkerQueueLayerBuilder {
+    /// Starts configuring a layer with `workers` workers.
+    pub fn builder(workers: usize) -> WorkerQueueLayerBuilder {
         WorkerQueueLayerBuilder {
             workers,
-            timing,
+            timing: QueueTiming::default(),
             clock: None,
             name: "default".into(),
             max_waiting: None,
@@ -155,6 +157,14 @@ impl<P> WorkerQueueLayerBuilder<Bounded<P>> {
 }
 
 impl<B> WorkerQueueLayerBuilder<B> {
+    /// Reports each wait under `timing`'s metric instead of the default `flowguard-queue`: for
+    /// callers that read another name (see
+    /// [`HttpClassifier::queue_timing`](crate::vegas::HttpClassifier::queue_timing)).
+    pub fn queue_timing(mut self, timing: QueueTiming) -> Self {
+        self.timing = timing;
+        self
+    }
+
     /// Names the queue in its [metrics](super#metrics) (label `queue`, default `"default"`).
     pub fn name(mut self, name: impl Into<String>) -> Self {
         self.name = name.into();

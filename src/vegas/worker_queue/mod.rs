@@ -1,13 +1,16 @@
 //! The dependency's side of queue reports (feature `tower`): a tower middleware for an HTTP
 //! service that serves at most `workers` requests at a time, queues the others in arrival order,
 //! and answers each one with how long it waited for a worker, as a `Server-Timing` metric
-//! (`Server-Timing: queue;dur=3.200`).
+//! (`Server-Timing: flowguard-queue;dur=3.200`).
 //!
-//! The instances that call the service read that report with
-//! [`HttpClassifier::queue_timing`](crate::vegas::HttpClassifier::queue_timing) and learn the
-//! service's unloaded round-trip time from it, whatever queue the other instances keep: that is
-//! what keeps a fleet's shares even, and what keeps a lone instance at the service's capacity on
-//! a host whose own delays come and go (see the guide's "When the dependency reports its queue").
+//! The instances that call the service read that report, with the default
+//! [`HttpClassifier`](crate::vegas::HttpClassifier) of a `Guard`'s outbound layer and reqwest
+//! middleware, and learn the service's unloaded round-trip time from it, whatever queue the other
+//! instances keep: that is what keeps a fleet's shares even, and what keeps a lone instance at
+//! the service's capacity on a host whose own delays come and go (see the guide's "When the
+//! dependency reports its queue"). Neither side needs a setting for it; both can name another
+//! metric ([`WorkerQueueLayerBuilder::queue_timing`] here,
+//! [`HttpClassifier::queue_timing`](crate::vegas::HttpClassifier::queue_timing) there).
 //!
 //! - [`WorkerQueueLayer`]: the configuration (workers, metric, clock, and how many may wait),
 //!   built with [`WorkerQueueLayer::new`] or [`WorkerQueueLayer::builder`].
@@ -26,17 +29,18 @@
 //!
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
-//! let timing = QueueTiming::server_timing("queue")?;
-//! // With axum: `Router::new().route(..).layer(WorkerQueueLayer::new(4, timing)?)`.
+//! // With axum: `Router::new().route(..).layer(WorkerQueueLayer::new(4)?)`.
 //! let service = ServiceBuilder::new()
-//!     .layer(WorkerQueueLayer::new(4, timing.clone())?)
+//!     .layer(WorkerQueueLayer::new(4)?)
 //!     .service(service_fn(|_request: http::Request<()>| async {
 //!         Ok::<_, std::convert::Infallible>(http::Response::new("done"))
 //!     }));
 //!
 //! let response = service.oneshot(http::Request::new(())).await?;
-//! // `server-timing: queue;dur=0.004`: a worker was free, the wait was microseconds.
-//! let waited: Duration = timing.read(response.headers()).expect("every answer reports its wait");
+//! // `server-timing: flowguard-queue;dur=0.004`: a worker was free, the wait was microseconds.
+//! let waited: Duration = QueueTiming::default()
+//!     .read(response.headers())
+//!     .expect("every answer reports its wait");
 //! # let _ = waited;
 //! # Ok(())
 //! # }
@@ -73,7 +77,6 @@
 //! far shorter than that and never meet the bound; it is for the callers that do not adapt.
 //!
 //! ```
-//! use flowguard::vegas::QueueTiming;
 //! use flowguard::vegas::worker_queue::WorkerQueueLayer;
 //! use http::StatusCode;
 //! use std::sync::Arc;
@@ -83,7 +86,7 @@
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
 //! // One worker, and no place to wait: a request that finds the worker busy is shed.
-//! let queue = WorkerQueueLayer::builder(1, QueueTiming::server_timing("queue")?)
+//! let queue = WorkerQueueLayer::builder(1)
 //!     .max_waiting(0)
 //!     .build()?;
 //! let work_done = Arc::new(Semaphore::new(0)); // each request works until a permit comes
