@@ -364,3 +364,55 @@ fn two_instances_that_read_the_same_queue_share_converge_to_equal_limits() {
         mean_a + mean_b
     );
 }
+
+/// RTT and queue wait, in microseconds, in front of 4 workers at 10 ms with `total_in_flight`
+/// calls in flight: the calls past the workers queue, and every call waits for its share of them.
+fn reported_rtt_and_wait_micros(total_in_flight: usize) -> (u64, u64) {
+    let rtt = 10_000.0 * (total_in_flight as f64 / WORKERS as f64).max(1.0);
+    (rtt as u64, (rtt - 10_000.0) as u64)
+}
+
+#[test]
+fn two_instances_whose_dependency_reports_its_queue_settle_at_equal_limits() {
+    // The incumbent settles alone; the newcomer joins at 1 permit. Each reads its own queued
+    // calls from the dependency's reports, exactly, and moves toward the band's middle: they
+    // end at the same limit, whichever split they pass through, and keep a short queue.
+    const MS: u64 = 1_000;
+    let report = |vegas: &mut Vegas, limit: usize, (rtt, wait): (u64, u64)| {
+        for _ in 0..limit {
+            vegas.update_queued(rtt * MS, limit, wait * MS);
+        }
+    };
+    let mut incumbent = Vegas::new();
+    for _ in 0..2_000 {
+        let limit = incumbent.limit();
+        report(&mut incumbent, limit, reported_rtt_and_wait_micros(limit));
+    }
+    let alone = incumbent.limit();
+    // A sawtooth between the workers and two calls more.
+    assert!((WORKERS..=WORKERS + 2).contains(&alone), "alone: {alone}");
+    let mut newcomer = Vegas::new();
+    let mut pairs = Vec::new();
+    for _ in 0..3_000 {
+        let (a, b) = (incumbent.limit(), newcomer.limit());
+        let answer = reported_rtt_and_wait_micros(a + b);
+        report(&mut incumbent, a, answer);
+        report(&mut newcomer, b, answer);
+        pairs.push((a, b));
+    }
+    let settled = &pairs[2_000..];
+    let mean = |pick: fn(&(usize, usize)) -> usize| {
+        settled.iter().map(pick).sum::<usize>() as f64 / settled.len() as f64
+    };
+    let (mean_a, mean_b) = (mean(|p| p.0), mean(|p| p.1));
+    assert!(
+        (mean_a - mean_b).abs() <= 0.5,
+        "mean limits {mean_a:.2} and {mean_b:.2} (alone {alone}); last {:?}",
+        &pairs[pairs.len() - 10..]
+    );
+    assert!(
+        mean_a + mean_b <= WORKERS as f64 + 3.0,
+        "the queue stays short: {:.2}",
+        mean_a + mean_b
+    );
+}
