@@ -15,20 +15,6 @@ const MIN_ALPHA: f64 = 0.25;
 /// at least [`MIN_ALPHA`] calls of the instance's own: see `Vegas::thresholds`.
 const CALLS_BELOW: f64 = 4.0;
 
-/// The least queue, in calls, Vegas keeps per instance while the dependency reports its queue
-/// (and twice that before it cuts): the reports are read as the calls' mean wait, which sees the
-/// short queues that come and go even when the calls in flight add up to the workers, where the
-/// low percentile of the RTT does not. At [`MIN_ALPHA`] the instances of a fleet kept too few
-/// calls to keep the workers busy (`vegas_sim --fleet --reported-queue`, 2 instances in front of
-/// 4 workers: 0.87 of fixed 4's goodput at the least, against 0.99 at this band).
-const REPORTED_MIN_ALPHA: f64 = 0.5;
-
-/// While the dependency reports its queue, the share of the distance to the band's middle the
-/// limit moves per round inside the band (as FAST TCP moves its window): instances that read
-/// their own queued calls exactly then settle at equal limits, where a band that only holds
-/// lets any split within its 2:1 width stand.
-const REPORTED_MOVE_GAIN: f64 = 0.05;
-
 /// The settings of a [`Vegas`] algorithm; see [`VegasBuilder`] for what each one does.
 #[derive(Debug, Clone, PartialEq)]
 struct Settings {
@@ -185,8 +171,7 @@ impl VegasBuilder {
     /// no more than the dependency's workers: each keeps at least one permit). Below a limit of
     /// 4, the band is never less than a quarter of a call of the instance's own (half a call to
     /// cut), unless `alpha` and `beta` are themselves lower: there it lets the smaller of two
-    /// instances that read the same share grow (see [`Vegas`]). While the dependency reports its
-    /// queue, at any limit, never less than half a call (one to cut).
+    /// instances that read the same share grow (see [`Vegas`]).
     pub fn max_queue_share(mut self, share: f64) -> Self {
         self.settings.max_queue_share = share;
         self
@@ -410,23 +395,15 @@ enum Phase {
 /// What none of this can do is tell an instance how much of the RTT it measures is the queue
 /// the others keep: the instances that take part of it for their baseline hold larger shares.
 /// A dependency that reports how long each call waited in its queue removes the question:
-/// finish the permit with [`Permit::success_queued`](crate::vegas::Permit::success_queued) (the
-/// HTTP layer and middleware do, from a `Server-Timing: flowguard-queue` metric) and
+/// finish the permit with [`Permit::success_queued`](crate::vegas::Permit::success_queued) and
 /// `rtt - queued` is the baseline (the low percentile of the last 8 reported calls, so it
-/// follows a slower dependency after 8 reports), the same for every instance. The reports also
-/// say how many of its own calls an instance keeps queued, exactly: its calls in flight times
-/// the share of their RTT they spent waiting (Little's law), read over the window's calls
-/// rather than from its least loaded ones, so that a short queue shows in full. While they come
-/// in, each instance keeps half a call to one call of its own queued, and inside that band
-/// moves toward its middle (by 5 % of the distance per round, as FAST TCP moves its window)
-/// instead of holding anywhere in it: instances that read their own queue exactly then settle
-/// at equal limits, where a band that only holds let any split within its 2:1 width stand.
-/// In `vegas_sim --fleet --reported-queue`, over 200 seeds, Jain's index is at least 0.995 for
-/// 2 instances in front of 4 workers, 0.999 for 4 and 8, 0.992 for 6, 0.996-0.999 for 4 and 8
-/// instances in front of 8 workers and for 4 and 8 in front of 16; the late joiner holds 80 %
-/// of its share within 3 s in every run but one (4 in front of 8). Without the reports, the
-/// least fair of those 200 seeds is 0.788 for 8 instances in front of 4 workers and 0.882 for
-/// 2.
+/// follows a slower dependency after 8 reports), the same for every instance, and the quarter
+/// of a call each keeps queued is then counted exactly, as Vegas flows with exact base RTTs
+/// count theirs.
+/// In `vegas_sim --fleet --reported-queue`, over 130 seeds, Jain's index for 4 instances in
+/// front of 4 workers goes from 0.835-0.999 (mean 0.982) to 0.987-1.000 (mean 0.996), for 8
+/// instances from 0.760-0.99 (mean 0.906) to 0.998-1.000, their limits adding up to 8.2-8.7
+/// (one permit each) instead of 10-20; for 2 instances it is 0.939-1.000.
 ///
 /// Measured in `vegas_sim --fleet` (4 workers at 10 ms, 3x overload, 2 to 8 instances, a late
 /// joiner and one leaving), in `overload --fleet 4` on real sockets, and alone in front of a
@@ -435,7 +412,7 @@ enum Phase {
 /// more instances than the dependency has workers hold at least one permit each and queue the
 /// rest: then no instance ever sees the unloaded RTT, and the shares are less even (Jain's
 /// index about 0.9 for 8 instances in front of 4 workers, against 0.98 for 4), unless the
-/// dependency reports its queue (then 8 instances hold little more than a permit each).
+/// dependency reports its queue.
 ///
 /// ```
 /// use flowguard::vegas::{LimitAlgorithm, Outcome, Sample, Vegas};
@@ -563,22 +540,16 @@ impl Vegas {
         let alpha = (self.config.alpha * scale).min(cap / 2.0);
         let beta = (self.config.beta * scale).min(cap);
         // But at least a quarter of a call of the instance's own (half a call before it cuts),
-        // unless `alpha` and `beta` themselves are lower, below a limit of 4; and at any limit
-        // half a call (one to cut) while the dependency reports how long calls queued, which
-        // are then read as the calls' mean wait: why, in the `Vegas` docs ("In a fleet"). Not
-        // from 4 up without reports: alone in front of a dependency such a limit is
+        // unless `alpha` and `beta` themselves are lower, below a limit of 4 and at any limit
+        // while the dependency reports how long calls queued: why, in the `Vegas` docs ("In a
+        // fleet"). Not from 4 up without reports: alone in front of a dependency such a limit is
         // the dependency's own concurrency, which the floor would only raise by a call at times,
         // and a window that spans that raise when the dependency slows cannot judge the cut it
         // causes.
         if self.counts_calls() {
-            let least = if self.baseline.is_reported() {
-                REPORTED_MIN_ALPHA
-            } else {
-                MIN_ALPHA
-            };
             return (
-                alpha.max(least.min(self.config.alpha)),
-                beta.max((2.0 * least).min(self.config.beta)),
+                alpha.max(MIN_ALPHA.min(self.config.alpha)),
+                beta.max((2.0 * MIN_ALPHA).min(self.config.beta)),
             );
         }
         (alpha, beta)
@@ -819,13 +790,13 @@ impl Vegas {
     /// Feeds a successful sample while tracking; answers whether the estimate or the phase may
     /// have changed. Most samples only join the current window, so that path is kept minimal.
     #[inline]
-    fn on_success(&mut self, in_flight: usize, rtt: u64, queued: Option<u64>) -> bool {
+    fn on_success(&mut self, in_flight: usize, rtt: u64) -> bool {
         self.samples_since_probe += 1;
         let mut changed = false;
         // A call granted with more in flight than the limit allows now was granted before a cut:
         // its RTT describes the old concurrency, so it joins no window.
         if in_flight <= self.current
-            && let Some(window) = self.window.push(rtt, in_flight, queued, self.window_len)
+            && let Some(window) = self.window.push(rtt, in_flight, self.window_len)
         {
             self.on_window(&window);
             changed = true;
@@ -869,13 +840,7 @@ impl Vegas {
             }
         }
         let limit = self.estimate;
-        let queue = match window.queued_share {
-            // The dependency says how long each call waited: the calls of this instance queued
-            // at once, on average, are its calls in flight times the share of their RTT spent
-            // waiting (Little's law), exactly, whatever the others keep queued.
-            Some(share) if self.baseline.is_reported() => window.mean_in_flight * share,
-            _ => limit * (1.0 - base as f64 / window.low as f64).max(0.0),
-        };
+        let queue = limit * (1.0 - base as f64 / window.low as f64).max(0.0);
         let (alpha, beta) = self.thresholds();
         let target = (alpha + beta) / 2.0;
         let used = window.mean_in_flight * 2.0 >= limit;
@@ -918,13 +883,7 @@ impl Vegas {
         } else {
             self.slow_start = false;
             self.congested_rounds = 0.0;
-            if self.baseline.is_reported() {
-                // Exact readings: move toward the band's middle, so that the instances that
-                // share the dependency settle at equal limits rather than anywhere in the band.
-                (REPORTED_MOVE_GAIN * (target - queue) * rounds).clamp(alpha - beta, beta - alpha)
-            } else {
-                0.0
-            }
+            0.0
         };
         self.set_estimate(limit + change);
         // Held: not cut, and the limit in permits did not move (growth that slows down as the
@@ -963,20 +922,14 @@ impl Vegas {
     /// Feeds one completed call, its RTT in nanoseconds (no `Duration` round trip): both
     /// [`LimitAlgorithm`] methods land here.
     #[inline]
-    fn feed(
-        &mut self,
-        rtt_nanos: u64,
-        in_flight: usize,
-        outcome: Outcome,
-        queued: Option<u64>,
-    ) -> usize {
+    fn feed(&mut self, rtt_nanos: u64, in_flight: usize, outcome: Outcome) -> usize {
         self.samples += 1;
         let rtt = rtt_nanos.max(1);
         match (outcome, &self.phase) {
             // Nothing the limit depends on changed.
             (Outcome::Ignored, _) => return self.current,
             (Outcome::Success, Phase::Tracking) => {
-                if !self.on_success(in_flight, rtt, queued) {
+                if !self.on_success(in_flight, rtt) {
                     return self.current;
                 }
             }
@@ -1053,7 +1006,7 @@ impl LimitAlgorithm for Vegas {
         if outcome == Outcome::Success {
             self.baseline.unreported();
         }
-        self.feed(rtt_nanos, in_flight, outcome, None)
+        self.feed(rtt_nanos, in_flight, outcome)
     }
 
     /// Takes `rtt_nanos - queued_nanos` as a sample of the dependency's unloaded RTT: while
@@ -1068,6 +1021,6 @@ impl LimitAlgorithm for Vegas {
             return self.update_nanos(rtt_nanos, in_flight, Outcome::Success);
         }
         self.baseline.report(rtt_nanos - queued_nanos);
-        self.feed(rtt_nanos, in_flight, Outcome::Success, Some(queued_nanos))
+        self.feed(rtt_nanos, in_flight, Outcome::Success)
     }
 }

@@ -848,18 +848,18 @@ mod tests {
     }
 
     /// A backend that reports how long each call waited in its queue gives every instance its
-    /// unloaded RTT and its own queued calls, whatever queue the others keep
-    /// (`Permit::success_queued`): 2, 4 and 8 instances in front of 4 workers share evenly
-    /// (Jain's index at least 0.99 for every one of 16 seeds, against 0.95 and 0.8 for 4 and 8
-    /// without the reports), and 8 instances hold little more than one permit each (their limits
-    /// add up to at most 10, against 16). Each keeps half a call to one call of its own queued
-    /// and moves toward the middle of that band, so two instances do not keep the split they
-    /// reached when the second one joined.
+    /// unloaded RTT, whatever queue the others keep (`Permit::success_queued`): 4 and 8
+    /// instances in front of 4 workers share evenly (Jain's index at least 0.98 for every one of
+    /// 16 seeds, against 0.95 and 0.8 without the reports), and 8 instances hold about one
+    /// permit each (their limits add up to at most 9, against 16). Two instances, which read
+    /// the same queue share and would keep the split they reached when the second one joined,
+    /// converge because each keeps at least a quarter of a call queued (at least 0.95, against
+    /// 0.905 without that floor).
     #[test]
     fn vegas_shares_evenly_when_the_dependency_reports_its_queue() {
         for seed in 1..=16 {
             for (instances, min_jain, max_limit_sum) in
-                [(2, 0.99, 6.0), (4, 0.99, 8.0), (8, 0.99, 10.0)]
+                [(2, 0.95, 6.5), (4, 0.98, 7.0), (8, 0.98, 9.0)]
             {
                 let scenario = fleet::FleetScenario {
                     reported_queue: true,
