@@ -7,17 +7,21 @@
 //! reaches the algorithm as a dropped call.
 #![cfg(all(feature = "axum", feature = "reqwest"))]
 
+use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
-use axum::routing::{MethodRouter, get};
+use axum::extract::Request;
+use axum::response::IntoResponse;
+use axum::routing::{MethodRouter, Route, get};
 use flowguard::Guard;
 use flowguard::clock::ManualClock;
 use flowguard::vegas::worker_queue::{WorkerQueueLayer, WorkerQueueLayerBuilder};
 use flowguard::vegas::{HttpClassifier, LimitAlgorithm, Limiter, Outcome, QueueTiming, Sample};
 use parking_lot::Mutex;
 use tokio::sync::Semaphore;
+use tower::{Layer, Service};
 
 /// A fixed limit that records the queue wait reported with each success, and the outcome of
 /// each call finished without one.
@@ -53,6 +57,47 @@ fn gated(answers: &Arc<Semaphore>) -> MethodRouter {
     get(move || async move { answers.acquire().await.unwrap().forget() })
 }
 
+/// A dependency behind `workers`: its `GET /work` answers once the semaphore lets it (a permit
+/// each), served on a free loopback port. The URL of its `/work`, and the semaphore.
+async fn serve_gated<L>(workers: L) -> (String, Arc<Semaphore>)
+where
+    L: Layer<Route> + Clone + Send + Sync + 'static,
+    L::Service: Service<Request> + Clone + Send + Sync + 'static,
+    <L::Service as Service<Request>>::Response: IntoResponse + 'static,
+    <L::Service as Service<Request>>::Error: Into<Infallible> + 'static,
+    <L::Service as Service<Request>>::Future: Send + 'static,
+{
+    let answers = Arc::new(Semaphore::new(0));
+    let url = serve(Router::new().route("/work", gated(&answers)).layer(workers)).await;
+    (url, answers)
+}
+
+/// What a guard's limit algorithm was told: the queue waits reported with successes, and the
+/// outcomes of the calls finished without one.
+struct Recorded {
+    queued: Arc<Mutex<Vec<Duration>>>,
+    outcomes: Arc<Mutex<Vec<Outcome>>>,
+}
+
+/// A guard whose limit is a [`Recording`] algorithm at 4, with `classifier` as its outbound
+/// classifier (the default when `None`).
+async fn recording_guard(classifier: Option<HttpClassifier>) -> (Guard, Recorded) {
+    let recorded = Recorded {
+        queued: Arc::default(),
+        outcomes: Arc::default(),
+    };
+    let algorithm = Recording {
+        limit: 4,
+        queued: recorded.queued.clone(),
+        outcomes: recorded.outcomes.clone(),
+    };
+    let mut builder = Guard::builder().concurrency(Limiter::builder(algorithm).build().unwrap());
+    if let Some(classifier) = classifier {
+        builder = builder.outbound_classifier(classifier);
+    }
+    (builder.build().await.unwrap(), recorded)
+}
+
 /// Serves `app` on a free loopback port; the URL of its `/work`.
 async fn serve(app: Router) -> String {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -84,27 +129,10 @@ async fn two_calls_one_waiting(
     let clock = ManualClock::new();
     let workers = workers.clock(clock.clone()).build().unwrap();
     assert_eq!(workers.workers(), 1);
-    let answers = Arc::new(Semaphore::new(0));
-    let url = serve(
-        Router::new()
-            .route("/work", gated(&answers))
-            .layer(workers.clone()),
-    )
-    .await;
+    let (url, answers) = serve_gated(workers.clone()).await;
 
     // The caller: a guard whose outbound classifier is `classifier`.
-    let queued = Arc::new(Mutex::new(Vec::new()));
-    let outcomes = Arc::new(Mutex::new(Vec::new()));
-    let algorithm = Recording {
-        limit: 4,
-        queued: queued.clone(),
-        outcomes: outcomes.clone(),
-    };
-    let mut builder = Guard::builder().concurrency(Limiter::builder(algorithm).build().unwrap());
-    if let Some(classifier) = classifier {
-        builder = builder.outbound_classifier(classifier);
-    }
-    let guard = builder.build().await.unwrap();
+    let (guard, recorded) = recording_guard(classifier).await;
     let client = guard.reqwest_client(reqwest::Client::new());
     let calls: Vec<_> = (0..2)
         .map(|_| {
@@ -124,9 +152,9 @@ async fn two_calls_one_waiting(
     }
     assert_eq!(guard.concurrency().in_flight(), 0);
 
-    let mut queued = queued.lock().clone();
+    let mut queued = recorded.queued.lock().clone();
     queued.sort();
-    let outcomes = outcomes.lock().clone();
+    let outcomes = recorded.outcomes.lock().clone();
     (queued, outcomes)
 }
 
@@ -171,27 +199,10 @@ async fn a_metric_of_another_name_is_read_where_both_sides_name_it_and_none_with
 async fn a_full_queues_503_reaches_the_guards_limit_as_a_drop() {
     // The dependency: one worker and no place to wait; its handler answers once let.
     let workers = WorkerQueueLayer::builder(1).max_waiting(0).build().unwrap();
-    let answers = Arc::new(Semaphore::new(0));
-    let url = serve(
-        Router::new()
-            .route("/work", gated(&answers))
-            .layer(workers.clone()),
-    )
-    .await;
+    let (url, answers) = serve_gated(workers.clone()).await;
 
     // The caller: a guard with the default outbound classifier.
-    let outcomes = Arc::new(Mutex::new(Vec::new()));
-    let queued = Arc::new(Mutex::new(Vec::new()));
-    let algorithm = Recording {
-        limit: 4,
-        queued: queued.clone(),
-        outcomes: outcomes.clone(),
-    };
-    let guard = Guard::builder()
-        .concurrency(Limiter::builder(algorithm).build().unwrap())
-        .build()
-        .await
-        .unwrap();
+    let (guard, Recorded { queued, outcomes }) = recording_guard(None).await;
     let client = guard.reqwest_client(reqwest::Client::new());
     let first = tokio::spawn({
         let (client, url) = (client.clone(), url.clone());
