@@ -354,6 +354,36 @@ fn a_dependency_that_reports_its_queue_gives_the_baseline() {
     assert_eq!(reported.rtt_base(), Some(Duration::from_millis(20)));
 }
 
+/// While the dependency reports its queue, the band is counted in calls at every limit and
+/// grows as the square root of the limit, so as a share of the RTT it is narrower for a larger
+/// limit. Two instances that read the same queue share then move toward each other: with 4 % of
+/// every RTT queued, one at 48 permits cuts where one at 16 holds; with 2 %, the one at 16 grows
+/// where the one at 48 holds. (A band that is the same share of the RTT for both, 5 to 10 %,
+/// would have both grow in both cases, and keep whatever split they had.)
+#[test]
+fn with_reports_the_larger_of_two_limits_gives_way_first() {
+    const BASE: f64 = 10_000_000.0; // 10 ms unloaded
+    /// The limit after one window of calls granted at the full limit, `share` of each RTT
+    /// spent in the dependency's queue, as it reports.
+    fn after_one_window(limit: usize, share: f64) -> usize {
+        let mut vegas = Vegas::builder()
+            .bounds(LimitBounds::new(1, 1000, limit).unwrap())
+            .build()
+            .unwrap();
+        let rtt = (BASE / (1.0 - share)) as u64;
+        for _ in 0..limit.max(32) / 2 {
+            let in_flight = vegas.limit();
+            vegas.update_queued(rtt, in_flight, rtt - BASE as u64);
+        }
+        assert_eq!(vegas.rtt_base(), Some(Duration::from_millis(10)));
+        vegas.limit()
+    }
+    assert!(after_one_window(48, 0.04) < 48, "the larger one cuts");
+    assert_eq!(after_one_window(16, 0.04), 16, "the smaller one holds");
+    assert_eq!(after_one_window(48, 0.02), 48, "the larger one holds");
+    assert!(after_one_window(16, 0.02) > 16, "the smaller one grows");
+}
+
 /// A report of a wait at least as long as the RTT cannot be true (a report in seconds read as
 /// milliseconds, say): Vegas takes those calls as unreported successes instead of a baseline of
 /// nothing that would read every RTT as a queue and cut the limit to 1.
