@@ -549,48 +549,37 @@ impl Vegas {
             1.0
         };
         // Never tolerate a queue above a share of the limit: 3..6 queued calls are a small delay
-        // in front of 100 slots but a large one in front of 10.
-        let cap = self.estimate * self.config.max_queue_share;
-        // For small limits, a share of the RTT, the same for every instance sharing a dependency.
-        let alpha = (self.config.alpha * scale).min(cap / 2.0);
-        let beta = (self.config.beta * scale).min(cap);
+        // in front of 100 slots but a large one in front of 10. For small limits, the band is
+        // that share of the RTT, the same for every instance sharing a dependency.
+        let share_alpha = self.estimate * self.config.max_queue_share / 2.0;
+        // While the dependency reports how long calls queued, the geometric mean of that and a
+        // quarter of a call: in calls it grows as the square root of the limit, so as a share of
+        // the RTT it falls as the limit grows. Of two instances that read the same queue share,
+        // the larger one is the first to cut and the smaller one the last to stop growing, and
+        // their limits converge, where a band that is the same share for both lets any split
+        // stand (why, in the `Vegas` docs, "In a fleet"). It meets the floor below at the limit
+        // where the share band does (5 by default), and is below the share band from there up.
+        let capped = if self.baseline.is_reported() {
+            (MIN_ALPHA * share_alpha).sqrt()
+        } else {
+            share_alpha
+        };
+        let alpha = (self.config.alpha * scale).min(capped);
+        let beta = (self.config.beta * scale).min(2.0 * capped);
         // But at least a quarter of a call of the instance's own (half a call before it cuts),
         // unless `alpha` and `beta` themselves are lower, below a limit of 4 and at any limit
-        // while the dependency reports how long calls queued (where the band is then counted in
-        // calls at every limit, see `reported_band`): why, in the `Vegas` docs ("In a fleet").
-        // Not from 4 up without reports: alone in front of a dependency such a limit is the
-        // dependency's own concurrency, which the floor would only raise by a call at times, and
-        // a window that spans that raise when the dependency slows cannot judge the cut it
+        // while the dependency reports how long calls queued: why, in the `Vegas` docs ("In a
+        // fleet"). Not from 4 up without reports: alone in front of a dependency such a limit is
+        // the dependency's own concurrency, which the floor would only raise by a call at times,
+        // and a window that spans that raise when the dependency slows cannot judge the cut it
         // causes.
         if self.counts_calls() {
-            let (alpha, beta) = if self.baseline.is_reported() {
-                self.reported_band(scale)
-            } else {
-                (alpha, beta)
-            };
             return (
                 alpha.max(MIN_ALPHA.min(self.config.alpha)),
                 beta.max((2.0 * MIN_ALPHA).min(self.config.beta)),
             );
         }
         (alpha, beta)
-    }
-
-    /// The band while the dependency reports its queue, before the floor of [`MIN_ALPHA`]:
-    /// `alpha` is the geometric mean of that floor and the share band's `alpha`
-    /// (`max_queue_share / 2` of the limit), `beta` twice that, both still capped by `alpha` and
-    /// `beta` (log10-scaled). In calls it grows as the square root of the limit, so as a share
-    /// of the RTT it falls as the limit grows: of two instances that read the same queue share,
-    /// the larger one is the first to cut and the smaller one the last to stop growing, and
-    /// their limits converge, where a band that is the same share for both lets any split
-    /// stand (why, in the `Vegas` docs, "In a fleet"). It meets the floor at the limit where
-    /// the share band does (5 by default), and is below the share band from there up.
-    fn reported_band(&self, scale: f64) -> (f64, f64) {
-        let alpha = (MIN_ALPHA * self.estimate * self.config.max_queue_share / 2.0).sqrt();
-        (
-            (self.config.alpha * scale).min(alpha),
-            (self.config.beta * scale).min(2.0 * alpha),
-        )
     }
 
     /// Whether the band is at least [`MIN_ALPHA`] calls: while the dependency reports its queue,
