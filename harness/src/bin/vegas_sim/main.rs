@@ -5,7 +5,7 @@
 //! ```text
 //! cargo run --release -p flowguard-harness --bin vegas_sim -- [--json] [--plot DIR] [--seed N] [--slots N]
 //! cargo run --release -p flowguard-harness --bin vegas_sim -- --step [--seed N] [--reported-queue] [--host-noise-ms MS] [--json]
-//! cargo run --release -p flowguard-harness --bin vegas_sim -- --fleet [--instances N] [--workers N] [--seed N] [--reported-queue] [--host-noise-ms MS] [--json]
+//! cargo run --release -p flowguard-harness --bin vegas_sim -- --fleet [--instances N] [--workers N] [--service-ms MS] [--seed N] [--reported-queue] [--host-noise-ms MS] [--json]
 //! ```
 
 mod fleet;
@@ -492,6 +492,12 @@ struct Args {
     /// them, 3x their capacity).
     #[arg(long, default_value_t = 4, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=256))]
     workers: u16,
+    /// Service time of the fleet scenario's workers, in milliseconds (default 10). The wait for
+    /// a permit (50 ms) and the deadline (1 s) stay as they are, so a longer service time means
+    /// fewer rounds of calls in each second: `--workers 64 --service-ms 40` is the shape of the
+    /// real-socket run `overload --fleet 2 --workers 64 --service-ms 40`.
+    #[arg(long, value_name = "MS", value_parser = above_zero, requires = "fleet")]
+    service_ms: Option<f64>,
     /// Fleet and step scenarios: the backend reports how long each call waited in its queue,
     /// and the instances finish their permits with `Permit::success_queued`.
     #[arg(long)]
@@ -512,6 +518,9 @@ fn main() -> Result<(), Box<dyn Error>> {
     if args.fleet {
         let scenario = fleet::FleetScenario {
             workers: usize::from(args.workers),
+            service: args.service_ms.map_or(Duration::from_millis(10), |ms| {
+                Duration::from_secs_f64(ms / 1e3)
+            }),
             reported_queue: args.reported_queue,
             host_noise,
             ..fleet::FleetScenario::standard(usize::from(args.instances), args.seed)
