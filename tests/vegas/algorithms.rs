@@ -327,10 +327,12 @@ fn the_defaults_behind_new_are_valid_settings() {
     assert_eq!(Aimd::new().limit(), LimitBounds::default().initial());
 }
 
-/// Every call takes 20 ms, 10 of them in the dependency's queue, which other callers keep: a
-/// dependency that says so (`update_queued`) gives Vegas its unloaded RTT, so the limit stays at
-/// its floor; without the reports, the 20 ms are taken for the unloaded RTT and the limit grows.
-/// Reports that stop are forgotten, and the baseline is Vegas's own again.
+/// Every call takes 20 ms, 18 of them in the dependency's queue, which other callers keep: a
+/// dependency that says so (`update_queued`) gives Vegas its unloaded RTT, and each call in
+/// flight is nine tenths of a call queued, so the limit stays at its floor (2 would be 1.8 calls
+/// queued, over the band of half a call to one); without the reports, the 20 ms are taken for
+/// the unloaded RTT and the limit grows. Reports that stop are forgotten, and the baseline is
+/// Vegas's own again.
 #[test]
 fn a_dependency_that_reports_its_queue_gives_the_baseline() {
     const MS: u64 = 1_000_000;
@@ -338,12 +340,12 @@ fn a_dependency_that_reports_its_queue_gives_the_baseline() {
     let mut unreported = Vegas::new();
     for _ in 0..200 {
         let in_flight = reported.limit();
-        reported.update_queued(20 * MS, in_flight, 10 * MS);
+        reported.update_queued(20 * MS, in_flight, 18 * MS);
         let in_flight = unreported.limit();
         unreported.update_nanos(20 * MS, in_flight, Outcome::Success);
     }
-    assert_eq!(reported.rtt_base(), Some(Duration::from_millis(10)));
-    assert_eq!(reported.limit(), 1, "half of every RTT is a queue");
+    assert_eq!(reported.rtt_base(), Some(Duration::from_millis(2)));
+    assert_eq!(reported.limit(), 1, "nine tenths of every RTT is a queue");
     assert_eq!(unreported.rtt_base(), Some(Duration::from_millis(20)));
     assert!(unreported.limit() > 1, "no queue seen: grows");
 
@@ -354,34 +356,126 @@ fn a_dependency_that_reports_its_queue_gives_the_baseline() {
     assert_eq!(reported.rtt_base(), Some(Duration::from_millis(20)));
 }
 
-/// While the dependency reports its queue, the band is counted in calls at every limit and
-/// grows as the square root of the limit, so as a share of the RTT it is narrower for a larger
-/// limit. Two instances that read the same queue share then move toward each other: with 4 % of
+/// While the dependency reports its queue, the band is counted in calls at every limit (at
+/// least half a call) and grows as the square root of the limit from 20 permits up, so as a
+/// share of the RTT it is narrower for a larger limit. Two instances that read the same queue share then move toward each other: with 4 % of
 /// every RTT queued, one at 48 permits cuts where one at 16 holds; with 2 %, the one at 16 grows
 /// where the one at 48 holds. (A band that is the same share of the RTT for both, 5 to 10 %,
 /// would have both grow in both cases, and keep whatever split they had.)
 #[test]
 fn with_reports_the_larger_of_two_limits_gives_way_first() {
     const BASE: f64 = 10_000_000.0; // 10 ms unloaded
-    /// The limit after one window of calls granted at the full limit, `share` of each RTT
-    /// spent in the dependency's queue, as it reports.
-    fn after_one_window(limit: usize, share: f64) -> usize {
+    /// The limit after four windows of calls granted at the full limit, `share` of each RTT
+    /// spent in the dependency's queue, as it reports. A dropped call first halves the limit
+    /// from twice `limit` and ends slow start, which with reports goes on through the band.
+    fn after_four_windows(limit: usize, share: f64) -> usize {
         let mut vegas = Vegas::builder()
-            .bounds(LimitBounds::new(1, 1000, limit).unwrap())
+            .bounds(LimitBounds::new(1, 1000, 2 * limit).unwrap())
             .build()
             .unwrap();
+        vegas.update_nanos(BASE as u64, 2 * limit, Outcome::Dropped);
+        assert_eq!(vegas.limit(), limit);
         let rtt = (BASE / (1.0 - share)) as u64;
-        for _ in 0..limit.max(32) / 2 {
+        for _ in 0..4 * (limit.max(32) / 2) {
             let in_flight = vegas.limit();
             vegas.update_queued(rtt, in_flight, rtt - BASE as u64);
         }
         assert_eq!(vegas.rtt_base(), Some(Duration::from_millis(10)));
         vegas.limit()
     }
-    assert!(after_one_window(48, 0.04) < 48, "the larger one cuts");
-    assert_eq!(after_one_window(16, 0.04), 16, "the smaller one holds");
-    assert_eq!(after_one_window(48, 0.02), 48, "the larger one holds");
-    assert!(after_one_window(16, 0.02) > 16, "the smaller one grows");
+    assert!(after_four_windows(48, 0.04) < 48, "the larger one cuts");
+    assert_eq!(after_four_windows(16, 0.04), 16, "the smaller one holds");
+    assert_eq!(after_four_windows(48, 0.02), 48, "the larger one holds");
+    assert!(after_four_windows(16, 0.02) > 16, "the smaller one grows");
+}
+
+/// While the dependency reports its queue, the limit moves toward the middle of its band (half a
+/// call to one call of its own queued) instead of holding anywhere inside it. Every call here
+/// spends half its RTT queued, behind other callers: one call in flight is half a call queued,
+/// the band's lower edge, where a band that only holds would keep it; two are one call queued,
+/// its upper edge. The middle, three quarters of a call, is 1.5 calls in flight: the limit
+/// moves between 1 and 2 around it.
+#[test]
+fn with_reports_the_limit_moves_toward_the_middle_of_its_band() {
+    const MS: u64 = 1_000_000;
+    let mut vegas = Vegas::new();
+    let mut limits = Vec::new();
+    for _ in 0..3_000 {
+        let limit = vegas.limit();
+        for _ in 0..limit {
+            vegas.update_queued(20 * MS, limit, 10 * MS);
+        }
+        limits.push(limit);
+    }
+    let settled = &limits[1_000..];
+    let mean = settled.iter().sum::<usize>() as f64 / settled.len() as f64;
+    assert!(
+        settled.iter().all(|&limit| limit <= 2),
+        "{:?}",
+        &settled[..20]
+    );
+    assert!((1.2..=1.8).contains(&mean), "mean limit {mean:.2}");
+}
+
+/// While the dependency reports its queue, an instance's queued calls are its calls in flight
+/// times the share of their RTT the reports say they waited (Little's law), not the queue its
+/// least loaded calls saw. In front of many workers a short queue comes and goes: here half the
+/// calls of a window found a free worker and half waited 2.5 ms of 12.5. The low percentile of
+/// the RTT sees no queue at all, and a limit of 48 would grow; read from the reports it is
+/// about 5 calls, above the band, and the limit is cut.
+#[test]
+fn with_reports_a_queue_that_only_some_calls_meet_counts() {
+    const MS: u64 = 1_000_000;
+    let mut vegas = Vegas::builder()
+        .bounds(LimitBounds::new(1, 1000, 48).unwrap())
+        .build()
+        .unwrap();
+    for i in 0..24 {
+        let in_flight = vegas.limit();
+        let (rtt, queued) = if i % 2 == 0 {
+            (10 * MS, 0)
+        } else {
+            (12 * MS + MS / 2, 2 * MS + MS / 2)
+        };
+        vegas.update_queued(rtt, in_flight, queued);
+    }
+    assert_eq!(vegas.rtt_base(), Some(Duration::from_millis(10)));
+    assert!(vegas.limit() < 48, "cut, got {}", vegas.limit());
+}
+
+/// Two instances in front of one dependency of 64 workers, whose reports say how long each call
+/// waited; one starts at 48 permits and the other at 16, and every call of a round waits as
+/// long as the calls in flight beyond the workers make it (a fluid model, no noise). A band that
+/// only holds would let that 3:1 split stand (up to 4:1 reads inside both bands); moving toward
+/// the band's middle, whose share of the limit is smaller for the larger limit, they end within
+/// a permit or two of each other, with a short queue.
+#[test]
+fn with_reports_two_instances_move_to_equal_limits() {
+    const BASE: u64 = 10_000_000; // 10 ms unloaded
+    const WORKERS: usize = 64;
+    let instance = |start| {
+        Vegas::builder()
+            .bounds(LimitBounds::new(1, 1000, start).unwrap())
+            .build()
+            .unwrap()
+    };
+    let mut fleet = [instance(48), instance(16)];
+    for _ in 0..2_000 {
+        let limits = fleet.each_ref().map(|vegas| vegas.limit());
+        let in_flight: usize = limits.iter().sum();
+        let rtt = BASE * in_flight.max(WORKERS) as u64 / WORKERS as u64;
+        for (vegas, limit) in fleet.iter_mut().zip(limits) {
+            for _ in 0..limit {
+                vegas.update_queued(rtt, limit, rtt - BASE);
+            }
+        }
+    }
+    let [a, b] = fleet.each_ref().map(|vegas| vegas.limit());
+    assert!(a.abs_diff(b) <= 2, "equal limits, got {a} and {b}");
+    assert!(
+        (WORKERS..=WORKERS + 6).contains(&(a + b)),
+        "a short queue: {a} + {b} in front of {WORKERS} workers"
+    );
 }
 
 /// A report of a wait at least as long as the RTT cannot be true (a report in seconds read as

@@ -23,6 +23,10 @@ pub(crate) struct WindowSummary {
     pub(crate) mean_in_flight: f64,
     /// Lowest in-flight count (at grant) of the window's samples.
     pub(crate) min_in_flight: usize,
+    /// The share of their RTT the window's calls spent in the dependency's queue, as the
+    /// dependency reported it (the sum of the waits over the sum of the RTTs of the calls that
+    /// carried a report); `None` unless at least half the window's calls did.
+    pub(crate) queued_share: Option<f64>,
 }
 
 /// Collects successful samples until a window is complete. The buffer is reused.
@@ -31,6 +35,12 @@ pub(crate) struct SampleWindow {
     rtts: Vec<u64>,
     in_flight_sum: u64,
     in_flight_min: usize,
+    /// The waits the dependency reported, summed, in nanoseconds.
+    queued_sum: u64,
+    /// The RTTs of the calls that carried those reports, summed.
+    reported_rtt_sum: u64,
+    /// How many calls carried a report.
+    reported: usize,
 }
 
 impl SampleWindow {
@@ -40,18 +50,28 @@ impl SampleWindow {
             rtts: Vec::with_capacity(capacity),
             in_flight_sum: 0,
             in_flight_min: usize::MAX,
+            queued_sum: 0,
+            reported_rtt_sum: 0,
+            reported: 0,
         }
     }
 
-    /// Adds a sample; once the window holds `len` (>= 2) samples, summarises and empties it.
-    /// Most samples only accumulate, so that path is kept minimal.
+    /// Adds a sample, with the wait in the dependency's queue that it reported, if it did; once
+    /// the window holds `len` (>= 2) samples, summarises and empties it. Most samples only
+    /// accumulate, so that path is kept minimal.
     #[inline]
     pub(crate) fn push(
         &mut self,
         rtt_nanos: u64,
         in_flight: usize,
+        queued_nanos: Option<u64>,
         len: usize,
     ) -> Option<WindowSummary> {
+        if let Some(queued) = queued_nanos {
+            self.queued_sum = self.queued_sum.saturating_add(queued);
+            self.reported_rtt_sum = self.reported_rtt_sum.saturating_add(rtt_nanos.max(1));
+            self.reported += 1;
+        }
         self.rtts.push(rtt_nanos.max(1));
         self.in_flight_sum = self.in_flight_sum.saturating_add(in_flight as u64);
         self.in_flight_min = self.in_flight_min.min(in_flight);
@@ -67,6 +87,8 @@ impl SampleWindow {
         let samples = self.rtts.len();
         let mean_in_flight = self.in_flight_sum as f64 / samples as f64;
         let min_in_flight = self.in_flight_min;
+        let queued_share = (self.reported * 2 >= samples && self.reported_rtt_sum > 0)
+            .then(|| self.queued_sum as f64 / self.reported_rtt_sum as f64);
         let low = low_percentile(&mut self.rtts);
         self.clear();
         low.map(|low| WindowSummary {
@@ -74,6 +96,7 @@ impl SampleWindow {
             samples,
             mean_in_flight,
             min_in_flight,
+            queued_share,
         })
     }
 
@@ -82,6 +105,9 @@ impl SampleWindow {
         self.rtts.clear();
         self.in_flight_sum = 0;
         self.in_flight_min = usize::MAX;
+        self.queued_sum = 0;
+        self.reported_rtt_sum = 0;
+        self.reported = 0;
     }
 }
 
@@ -249,11 +275,11 @@ mod tests {
     #[test]
     fn one_outlier_does_not_become_the_window_low() {
         let mut window = SampleWindow::with_capacity(10);
-        assert_eq!(window.push(1_000, 1, 10), None); // 1 us
+        assert_eq!(window.push(1_000, 1, None, 10), None); // 1 us
         for _ in 0..8 {
-            assert_eq!(window.push(10_000_000, 3, 10), None);
+            assert_eq!(window.push(10_000_000, 3, None, 10), None);
         }
-        let summary = window.push(10_000_000, 3, 10);
+        let summary = window.push(10_000_000, 3, None, 10);
         assert_eq!(
             summary,
             Some(WindowSummary {
@@ -261,8 +287,28 @@ mod tests {
                 samples: 10,
                 mean_in_flight: 2.8,
                 min_in_flight: 1,
+                queued_share: None,
             })
         );
+    }
+
+    #[test]
+    fn the_queued_share_is_the_reported_waits_over_their_rtts_once_half_the_window_reports() {
+        let mut window = SampleWindow::with_capacity(4);
+        // Two of four report: 2 ms of 10 and 6 ms of 20; the unreported RTTs do not count.
+        assert_eq!(window.push(10_000_000, 2, Some(2_000_000), 4), None);
+        assert_eq!(window.push(99_000_000, 2, None, 4), None);
+        assert_eq!(window.push(20_000_000, 2, Some(6_000_000), 4), None);
+        let summary = window.push(99_000_000, 2, None, 4).unwrap();
+        assert_eq!(summary.queued_share, Some(8.0 / 30.0));
+
+        // One of four: too few to say.
+        window.push(10_000_000, 2, Some(5_000_000), 4);
+        for _ in 0..2 {
+            window.push(10_000_000, 2, None, 4);
+        }
+        let summary = window.push(10_000_000, 2, None, 4).unwrap();
+        assert_eq!(summary.queued_share, None);
     }
 
     /// The reference of a window granted at `in_flight` throughout.
@@ -280,6 +326,7 @@ mod tests {
             samples: 16,
             mean_in_flight,
             min_in_flight: mean_in_flight as usize,
+            queued_share: None,
         }
     }
 

@@ -11,9 +11,24 @@ use crate::vegas::error::{ConfigError, check_range};
 /// `Vegas::thresholds`.
 const MIN_ALPHA: f64 = 0.25;
 
-/// Below this limit (and at any limit while the dependency reports its queue), the band counts
-/// at least [`MIN_ALPHA`] calls of the instance's own: see `Vegas::thresholds`.
+/// Below this limit, the band counts at least [`MIN_ALPHA`] calls of the instance's own (and at
+/// any limit [`REPORTED_MIN_ALPHA`] while the dependency reports its queue): see
+/// `Vegas::thresholds`.
 const CALLS_BELOW: f64 = 4.0;
+
+/// The least queue, in calls, Vegas keeps per instance while the dependency reports its queue
+/// (and twice that before it cuts). The reports are then read as the calls' mean wait, which
+/// sees the short queues that come and go while the calls in flight are about the workers,
+/// where the low percentile of the RTT does not; read so, a quarter of a call left the workers
+/// idle at times (`vegas_sim --fleet --reported-queue`, 2 instances in front of 4 workers: 0.87
+/// of fixed 4's goodput at the least, against 0.99 at half a call).
+const REPORTED_MIN_ALPHA: f64 = 0.5;
+
+/// While the dependency reports its queue, the share of the distance to the band's middle the
+/// limit moves per round inside the band, as FAST TCP moves its window: the middle is fewer
+/// calls per permit for a larger limit, so instances that read the same queue share settle at
+/// equal limits, where a band that only holds lets any split up to 4:1 stand.
+const REPORTED_MOVE_GAIN: f64 = 0.05;
 
 /// The settings of a [`Vegas`] algorithm; see [`VegasBuilder`] for what each one does.
 #[derive(Debug, Clone, PartialEq)]
@@ -173,8 +188,8 @@ impl VegasBuilder {
     /// cut), unless `alpha` and `beta` are themselves lower: there it lets the smaller of two
     /// instances that read the same share grow (see [`Vegas`]). While the dependency reports
     /// its queue, `alpha` is instead the geometric mean of that quarter of a call and half this
-    /// share of the limit (`sqrt(0.25 * limit * share / 2)` calls, 0.25 to 1.8 between limits of
-    /// 5 and 256 by default), and `beta` twice that.
+    /// share of the limit (`sqrt(0.25 * limit * share / 2)` calls), but at least half a call
+    /// (0.5 to 1.8 calls between limits of 20 and 256 by default), and `beta` twice that.
     pub fn max_queue_share(mut self, share: f64) -> Self {
         self.settings.max_queue_share = share;
         self
@@ -195,7 +210,8 @@ impl VegasBuilder {
     }
 
     /// Growth per round while no queue is measured, times `smoothing` and `max(1, sqrt(limit))`
-    /// (after slow start), in `[0, 10]` (default 0.25). The growth is additive at small limits
+    /// (after slow start), in `[0, 10]` (default 0.25), and times the share of `alpha` still
+    /// free, unless the dependency reports its queue. The growth is additive at small limits
     /// and sub-linear at large ones, never a share of the limit, so that instances sharing a
     /// dependency converge to equal limits (see [`Vegas`]).
     pub fn growth_ratio(mut self, ratio: f64) -> Self {
@@ -398,27 +414,42 @@ enum Phase {
 /// What none of this can do is tell an instance how much of the RTT it measures is the queue
 /// the others keep: the instances that take part of it for their baseline hold larger shares.
 /// A dependency that reports how long each call waited in its queue removes the question:
-/// finish the permit with [`Permit::success_queued`](crate::vegas::Permit::success_queued) and
+/// finish the permit with [`Permit::success_queued`](crate::vegas::Permit::success_queued) (the
+/// HTTP layer and middleware do, from a `Server-Timing: flowguard-queue` metric) and
 /// `rtt - queued` is the baseline (the low percentile of the last 8 reported calls, so it
-/// follows a slower dependency after 8 reports), the same for every instance, and the quarter
-/// of a call each keeps queued is then counted exactly, as Vegas flows with exact base RTTs
-/// count theirs. With exact baselines the band can also tell a larger instance from a smaller
-/// one at any limit: while reports come in, `alpha` is `sqrt(0.25 * limit * max_queue_share /
-/// 2)` calls (`beta` twice that), a quarter of a call at a limit of 5 and 1.8 calls at 256. As
-/// a share of the RTT that is narrower for a larger limit (3.2 % to cut at 48 permits, 5.6 % at
-/// 16), so of two instances that read the same queue share the larger one cuts first and the
-/// smaller one grows longest, where a band that is the same share for every limit let any
-/// split stand: in `vegas_sim --fleet --reported-queue` over 200 seeds, 2 instances in front of
-/// 128 workers kept about a 3:1 split (Jain's index below 0.95 in every seed, 0.81 on average;
-/// now 0.965 at the least), and a late joiner in front of 64 workers took over 3 s in four seeds
-/// of five (now in none). Below a limit of 5 it is the quarter of a call, as before.
-/// Without reports the band stays a share: read from its own baseline, whose error is a few
-/// percent, the narrower band cut a lone instance far below the dependency's concurrency
+/// follows a slower dependency after 8 reports), the same for every instance. While reports
+/// come in, Vegas reads them as textbook Vegas flows with exact base RTTs read their queues:
+///
+/// - **One's own queued calls, from the reports.** The calls an instance keeps queued are its
+///   calls in flight times the share of their RTT the reports say they waited (Little's law,
+///   over the window's calls), rather than `limit * (1 - rtt_base / rtt)` from its least loaded
+///   calls: in front of many workers a short queue comes and goes, which the low percentile
+///   misses, and the service time of each call no longer adds its jitter to the reading.
+/// - **A band in calls that grows as the square root of the limit.** `alpha` is the larger of
+///   half a call and `sqrt(0.25 * limit * max_queue_share / 2)` calls (half a call up to a limit
+///   of 20, 1.8 calls at 256), `beta` twice that, both still capped by `alpha` and `beta`. As a
+///   share of the RTT that is narrower for a larger limit (3.2 % to cut at 48 permits, 6.3 % at
+///   16), so of two instances that read the same queue share the larger one cuts first and the
+///   smaller one grows longest, where a band that is the same share for every limit let any
+///   split stand (2 instances in front of 128 workers kept about a 3:1 split).
+/// - **Toward the band's middle, not anywhere in it.** Inside the band the limit moves by 5 % of
+///   the distance to the middle per round, as FAST TCP moves its window: the middle is fewer
+///   calls per permit for a larger limit, so two instances settle at equal limits, where a band
+///   that only holds lets any split up to 4:1 stand (both inside their bands).
+/// - **Growth that does not taper, and a slow start that ends above the band.** A newcomer's
+///   calls wait behind the queue the others keep, so its reading nears `alpha`, and enters the
+///   band, long before it holds its share: growth tapered toward `alpha`, and a slow start that
+///   ended in the band, left it there for seconds.
+///
+/// In `vegas_sim --fleet --reported-queue` over 50 seeds, the least fair seed for 2 instances
+/// in front of 4 workers goes from 0.954 to 0.980, for 4 from 0.989 to 0.998, for 4 in front of
+/// 8 workers from 0.972 to 0.981 and for 2 in front of 128 from 0.969 to 0.997, the late joiner
+/// within 3 s in every seed (9 of 50 over 3 s before); in front of 64 workers at 40 ms, from
+/// 0.884 to 0.941 (36 seeds below 0.95, now 2). The half call costs a little queue where the
+/// instances outnumber the workers (8 in front of 4: limits adding up to 9.4, against 8.2).
+/// Without reports none of this applies: read from an instance's own baseline, whose error is
+/// a few percent, the narrower band cut a lone instance far below the dependency's concurrency
 /// (`vegas_sim --slots 200`: 0.12 of the capacity served, against 0.99).
-/// In `vegas_sim --fleet --reported-queue`, over 130 seeds, Jain's index for 4 instances in
-/// front of 4 workers goes from 0.835-0.999 (mean 0.982) to 0.987-1.000 (mean 0.996), for 8
-/// instances from 0.760-0.99 (mean 0.906) to 0.998-1.000, their limits adding up to 8.2-8.7
-/// (one permit each) instead of 10-20; for 2 instances it is 0.939-1.000.
 ///
 /// Measured in `vegas_sim --fleet` (4 workers at 10 ms, 3x overload, 2 to 8 instances, a late
 /// joiner and one leaving), in `overload --fleet 4` on real sockets, and alone in front of a
@@ -557,8 +588,8 @@ impl Vegas {
         // the RTT it falls as the limit grows. Of two instances that read the same queue share,
         // the larger one is the first to cut and the smaller one the last to stop growing, and
         // their limits converge, where a band that is the same share for both lets any split
-        // stand (why, in the `Vegas` docs, "In a fleet"). It meets the floor below at the limit
-        // where the share band does (5 by default), and is below the share band from there up.
+        // stand (why, in the `Vegas` docs, "In a fleet"). It is below the share band from a
+        // limit of 5 up (by default), and above the floor below from a limit of 20.
         let capped = if self.baseline.is_reported() {
             (MIN_ALPHA * share_alpha).sqrt()
         } else {
@@ -567,16 +598,22 @@ impl Vegas {
         let alpha = (self.config.alpha * scale).min(capped);
         let beta = (self.config.beta * scale).min(2.0 * capped);
         // But at least a quarter of a call of the instance's own (half a call before it cuts),
-        // unless `alpha` and `beta` themselves are lower, below a limit of 4 and at any limit
-        // while the dependency reports how long calls queued: why, in the `Vegas` docs ("In a
-        // fleet"). Not from 4 up without reports: alone in front of a dependency such a limit is
+        // unless `alpha` and `beta` themselves are lower, below a limit of 4; and at any limit
+        // half a call (one to cut) while the dependency reports how long calls queued, which
+        // are then read as the calls' mean wait: why, in the `Vegas` docs ("In a fleet"). Not
+        // from 4 up without reports: alone in front of a dependency such a limit is
         // the dependency's own concurrency, which the floor would only raise by a call at times,
         // and a window that spans that raise when the dependency slows cannot judge the cut it
         // causes.
         if self.counts_calls() {
+            let least = if self.baseline.is_reported() {
+                REPORTED_MIN_ALPHA
+            } else {
+                MIN_ALPHA
+            };
             return (
-                alpha.max(MIN_ALPHA.min(self.config.alpha)),
-                beta.max((2.0 * MIN_ALPHA).min(self.config.beta)),
+                alpha.max(least.min(self.config.alpha)),
+                beta.max((2.0 * least).min(self.config.beta)),
             );
         }
         (alpha, beta)
@@ -817,13 +854,13 @@ impl Vegas {
     /// Feeds a successful sample while tracking; answers whether the estimate or the phase may
     /// have changed. Most samples only join the current window, so that path is kept minimal.
     #[inline]
-    fn on_success(&mut self, in_flight: usize, rtt: u64) -> bool {
+    fn on_success(&mut self, in_flight: usize, rtt: u64, queued: Option<u64>) -> bool {
         self.samples_since_probe += 1;
         let mut changed = false;
         // A call granted with more in flight than the limit allows now was granted before a cut:
         // its RTT describes the old concurrency, so it joins no window.
         if in_flight <= self.current
-            && let Some(window) = self.window.push(rtt, in_flight, self.window_len)
+            && let Some(window) = self.window.push(rtt, in_flight, queued, self.window_len)
         {
             self.on_window(&window);
             changed = true;
@@ -867,14 +904,38 @@ impl Vegas {
             }
         }
         let limit = self.estimate;
-        let queue = limit * (1.0 - base as f64 / window.low as f64).max(0.0);
+        let reported = self.baseline.is_reported();
+        let queue = match window.queued_share {
+            // The dependency says how long each call waited: the calls of this instance queued
+            // at once, on average, are its calls in flight times the share of their RTT spent
+            // waiting (Little's law), whatever the others keep queued and however the service
+            // time of each call varies.
+            Some(share) if reported => window.mean_in_flight * share,
+            _ => limit * (1.0 - base as f64 / window.low as f64).max(0.0),
+        };
         let (alpha, beta) = self.thresholds();
         let target = (alpha + beta) / 2.0;
         let used = window.mean_in_flight * 2.0 >= limit;
-        let change = if queue < alpha {
+        // While reports come in, slow start goes on through the band and ends above it: a
+        // newcomer's own calls wait behind the queue the others keep, so its reading enters the
+        // band long before it holds its share (`vegas_sim --fleet --reported-queue --service-ms
+        // 40`, 2 instances in front of 64 workers: Jain's index below 0.95 in 2 seeds of 50,
+        // against 18, when slow start ended in the band).
+        let starting = reported && self.slow_start && queue <= beta;
+        let change = if queue < alpha || starting {
             self.congested_rounds = 0.0;
             if used {
-                let headroom = (alpha - queue) / alpha;
+                // Without reports, the growth slows down as the queue read nears `alpha`, so
+                // that a noisy reading does not overshoot. With them, the reading is exact and
+                // the growth is whole up to `alpha`: tapered, it held a newcomer whose reading
+                // sat just below its `alpha` at a fraction of its growth (`vegas_sim --fleet
+                // --reported-queue`, 2 instances in front of 128 workers: the late joiner over
+                // 3 s in 20 seeds of 20, against none).
+                let headroom = if reported {
+                    1.0
+                } else {
+                    (alpha - queue) / alpha
+                };
                 if self.slow_start {
                     self.config.smoothing * (target - queue).max(limit * headroom) * rounds
                 } else {
@@ -910,7 +971,14 @@ impl Vegas {
         } else {
             self.slow_start = false;
             self.congested_rounds = 0.0;
-            0.0
+            if reported {
+                // Exact readings: move toward the band's middle (as FAST TCP does), so that the
+                // instances sharing the dependency settle at equal limits rather than anywhere
+                // in the band.
+                (REPORTED_MOVE_GAIN * (target - queue) * rounds).clamp(alpha - beta, beta - alpha)
+            } else {
+                0.0
+            }
         };
         self.set_estimate(limit + change);
         // Held: not cut, and the limit in permits did not move (growth that slows down as the
@@ -949,14 +1017,20 @@ impl Vegas {
     /// Feeds one completed call, its RTT in nanoseconds (no `Duration` round trip): both
     /// [`LimitAlgorithm`] methods land here.
     #[inline]
-    fn feed(&mut self, rtt_nanos: u64, in_flight: usize, outcome: Outcome) -> usize {
+    fn feed(
+        &mut self,
+        rtt_nanos: u64,
+        in_flight: usize,
+        outcome: Outcome,
+        queued: Option<u64>,
+    ) -> usize {
         self.samples += 1;
         let rtt = rtt_nanos.max(1);
         match (outcome, &self.phase) {
             // Nothing the limit depends on changed.
             (Outcome::Ignored, _) => return self.current,
             (Outcome::Success, Phase::Tracking) => {
-                if !self.on_success(in_flight, rtt) {
+                if !self.on_success(in_flight, rtt, queued) {
                     return self.current;
                 }
             }
@@ -1033,7 +1107,7 @@ impl LimitAlgorithm for Vegas {
         if outcome == Outcome::Success {
             self.baseline.unreported();
         }
-        self.feed(rtt_nanos, in_flight, outcome)
+        self.feed(rtt_nanos, in_flight, outcome, None)
     }
 
     /// Takes `rtt_nanos - queued_nanos` as a sample of the dependency's unloaded RTT: while
@@ -1048,6 +1122,6 @@ impl LimitAlgorithm for Vegas {
             return self.update_nanos(rtt_nanos, in_flight, Outcome::Success);
         }
         self.baseline.report(rtt_nanos - queued_nanos);
-        self.feed(rtt_nanos, in_flight, Outcome::Success)
+        self.feed(rtt_nanos, in_flight, Outcome::Success, Some(queued_nanos))
     }
 }
