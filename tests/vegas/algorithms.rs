@@ -15,6 +15,14 @@ const DEPENDENCY: Dependency = Dependency {
     service_micros: 10_000,
 };
 
+/// The default Vegas, but starting at `limit` (bounds `[1, 1000]`).
+fn vegas_starting_at(limit: usize) -> Vegas {
+    Vegas::builder()
+        .bounds(LimitBounds::new(1, 1000, limit).unwrap())
+        .build()
+        .unwrap()
+}
+
 fn vegas() -> Vegas {
     Vegas::builder()
         .bounds(LimitBounds::new(1, 500, 10).unwrap())
@@ -369,10 +377,7 @@ fn with_reports_the_larger_of_two_limits_gives_way_first() {
     /// spent in the dependency's queue, as it reports. A dropped call first halves the limit
     /// from twice `limit` and ends slow start, which with reports goes on through the band.
     fn after_four_windows(limit: usize, share: f64) -> usize {
-        let mut vegas = Vegas::builder()
-            .bounds(LimitBounds::new(1, 1000, 2 * limit).unwrap())
-            .build()
-            .unwrap();
+        let mut vegas = vegas_starting_at(2 * limit);
         vegas.update_nanos(BASE as u64, 2 * limit, Outcome::Dropped);
         assert_eq!(vegas.limit(), limit);
         let rtt = (BASE / (1.0 - share)) as u64;
@@ -426,10 +431,7 @@ fn with_reports_the_limit_moves_toward_the_middle_of_its_band() {
 #[test]
 fn with_reports_a_queue_that_only_some_calls_meet_counts() {
     const MS: u64 = 1_000_000;
-    let mut vegas = Vegas::builder()
-        .bounds(LimitBounds::new(1, 1000, 48).unwrap())
-        .build()
-        .unwrap();
+    let mut vegas = vegas_starting_at(48);
     for i in 0..24 {
         let in_flight = vegas.limit();
         let (rtt, queued) = if i % 2 == 0 {
@@ -453,13 +455,7 @@ fn with_reports_a_queue_that_only_some_calls_meet_counts() {
 fn with_reports_two_instances_move_to_equal_limits() {
     const BASE: u64 = 10_000_000; // 10 ms unloaded
     const WORKERS: usize = 64;
-    let instance = |start| {
-        Vegas::builder()
-            .bounds(LimitBounds::new(1, 1000, start).unwrap())
-            .build()
-            .unwrap()
-    };
-    let mut fleet = [instance(48), instance(16)];
+    let mut fleet = [vegas_starting_at(48), vegas_starting_at(16)];
     for _ in 0..2_000 {
         let limits = fleet.each_ref().map(|vegas| vegas.limit());
         let in_flight: usize = limits.iter().sum();

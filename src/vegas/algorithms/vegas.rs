@@ -590,7 +590,8 @@ impl Vegas {
         // their limits converge, where a band that is the same share for both lets any split
         // stand (why, in the `Vegas` docs, "In a fleet"). It is below the share band from a
         // limit of 5 up (by default), and above the floor below from a limit of 20.
-        let capped = if self.baseline.is_reported() {
+        let reported = self.baseline.is_reported();
+        let capped = if reported {
             (MIN_ALPHA * share_alpha).sqrt()
         } else {
             share_alpha
@@ -605,24 +606,26 @@ impl Vegas {
         // the dependency's own concurrency, which the floor would only raise by a call at times,
         // and a window that spans that raise when the dependency slows cannot judge the cut it
         // causes.
-        if self.counts_calls() {
-            let least = if self.baseline.is_reported() {
-                REPORTED_MIN_ALPHA
-            } else {
-                MIN_ALPHA
-            };
-            return (
+        match self.least_calls(reported) {
+            Some(least) => (
                 alpha.max(least.min(self.config.alpha)),
                 beta.max((2.0 * least).min(self.config.beta)),
-            );
+            ),
+            None => (alpha, beta),
         }
-        (alpha, beta)
     }
 
-    /// Whether the band is at least [`MIN_ALPHA`] calls: while the dependency reports its queue,
-    /// or below a limit of [`CALLS_BELOW`].
-    fn counts_calls(&self) -> bool {
-        self.baseline.is_reported() || self.estimate < CALLS_BELOW
+    /// The least `alpha` in calls of the instance's own, if the band counts calls:
+    /// [`REPORTED_MIN_ALPHA`] while the dependency reports its queue, [`MIN_ALPHA`] below a
+    /// limit of [`CALLS_BELOW`], none otherwise.
+    fn least_calls(&self, reported: bool) -> Option<f64> {
+        if reported {
+            Some(REPORTED_MIN_ALPHA)
+        } else if self.estimate < CALLS_BELOW {
+            Some(MIN_ALPHA)
+        } else {
+            None
+        }
     }
 
     /// Whether the limit is at its floor, or below [`CALLS_BELOW`], where the band is at least a

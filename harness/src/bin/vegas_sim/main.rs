@@ -859,9 +859,9 @@ mod tests {
     /// A backend that reports how long each call waited in its queue gives every instance its
     /// unloaded RTT and its own queued calls, whatever queue the others keep
     /// (`Permit::success_queued`): 2, 4 and 8 instances in front of 4 workers share evenly
-    /// (Jain's index at least 0.97, 0.98 and 0.98 for every one of 16 seeds, against 0.95 and 0.8 for 4 and 8
-    /// without the reports), and 8 instances hold little more than one permit each (their limits
-    /// add up to at most 10, against 16). Each keeps half a call to one call of its own queued
+    /// (Jain's index at least 0.97, 0.98 and 0.98 for every one of 16 seeds, against 0.95 and
+    /// 0.8 for 4 and 8 without the reports), and 8 instances hold little more than one permit
+    /// each (their limits add up to at most 10, against 16). Each keeps half a call to one call of its own queued
     /// and moves toward the middle of that band, so two instances do not keep the split they
     /// reached when the second one joined.
     #[test]
