@@ -506,3 +506,28 @@ fn other_algorithms_take_a_reported_call_as_a_success() {
         );
     }
 }
+
+/// While the dependency reports its queue, slow start ends only where the queue is above the
+/// band in calls of the instance's own and above the middle of the band that is a share of the
+/// RTT (7.5 % by default). A newcomer in front of many workers queues its own calls behind the
+/// others' on its last doubling, before they cut, and a band of a call or two ended its slow
+/// start at a third of its share. Here every call spends `share` of its RTT queued: at 5 % slow
+/// start goes on well past the 20 permits where that is one call of its own (and past 40, where
+/// it is two); at 10 % it ends, and the limit stays where 10 % is about a call.
+#[test]
+fn with_reports_slow_start_goes_on_below_the_middle_of_the_share_band() {
+    const BASE: f64 = 10_000_000.0; // 10 ms unloaded
+    fn after_samples(share: f64, samples: usize) -> usize {
+        let mut vegas = Vegas::new();
+        let rtt = (BASE / (1.0 - share)) as u64;
+        for _ in 0..samples {
+            let in_flight = vegas.limit();
+            vegas.update_queued(rtt, in_flight, rtt - BASE as u64);
+        }
+        vegas.limit()
+    }
+    let below = after_samples(0.05, 2_000);
+    assert!(below > 100, "5 % queued: still in slow start, got {below}");
+    let above = after_samples(0.10, 2_000);
+    assert!(above <= 16, "10 % queued: slow start ended, got {above}");
+}
