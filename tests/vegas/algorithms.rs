@@ -364,27 +364,36 @@ fn a_dependency_that_reports_its_queue_gives_the_baseline() {
     assert_eq!(reported.rtt_base(), Some(Duration::from_millis(20)));
 }
 
+/// The unloaded RTT of [`feed_queued_share`]'s dependency: 10 ms.
+const UNLOADED_NANOS: f64 = 10_000_000.0;
+
+/// Feeds `samples` calls granted at the full limit, each spending `share` of its RTT in the
+/// dependency's queue (whose unloaded RTT is [`UNLOADED_NANOS`]), as the dependency reports.
+fn feed_queued_share(vegas: &mut Vegas, share: f64, samples: usize) {
+    let rtt = (UNLOADED_NANOS / (1.0 - share)) as u64;
+    for _ in 0..samples {
+        let in_flight = vegas.limit();
+        vegas.update_queued(rtt, in_flight, rtt - UNLOADED_NANOS as u64);
+    }
+}
+
 /// While the dependency reports its queue, the band is counted in calls at every limit (at
 /// least half a call) and grows as the square root of the limit from 20 permits up, so as a
-/// share of the RTT it is narrower for a larger limit. Two instances that read the same queue share then move toward each other: with 4 % of
-/// every RTT queued, one at 48 permits cuts where one at 16 holds; with 2 %, the one at 16 grows
-/// where the one at 48 holds. (A band that is the same share of the RTT for both, 5 to 10 %,
-/// would have both grow in both cases, and keep whatever split they had.)
+/// share of the RTT it is narrower for a larger limit. Two instances that read the same queue
+/// share then move toward each other: with 4 % of every RTT queued, one at 48 permits cuts
+/// where one at 16 holds; with 2 %, the one at 16 grows where the one at 48 holds. (A band that
+/// is the same share of the RTT for both, 5 to 10 %, would have both grow in both cases, and
+/// keep whatever split they had.)
 #[test]
 fn with_reports_the_larger_of_two_limits_gives_way_first() {
-    const BASE: f64 = 10_000_000.0; // 10 ms unloaded
     /// The limit after four windows of calls granted at the full limit, `share` of each RTT
     /// spent in the dependency's queue, as it reports. A dropped call first halves the limit
     /// from twice `limit` and ends slow start, which with reports goes on through the band.
     fn after_four_windows(limit: usize, share: f64) -> usize {
         let mut vegas = vegas_starting_at(2 * limit);
-        vegas.update_nanos(BASE as u64, 2 * limit, Outcome::Dropped);
+        vegas.update_nanos(UNLOADED_NANOS as u64, 2 * limit, Outcome::Dropped);
         assert_eq!(vegas.limit(), limit);
-        let rtt = (BASE / (1.0 - share)) as u64;
-        for _ in 0..4 * (limit.max(32) / 2) {
-            let in_flight = vegas.limit();
-            vegas.update_queued(rtt, in_flight, rtt - BASE as u64);
-        }
+        feed_queued_share(&mut vegas, share, 4 * (limit.max(32) / 2));
         assert_eq!(vegas.rtt_base(), Some(Duration::from_millis(10)));
         vegas.limit()
     }
@@ -516,14 +525,9 @@ fn other_algorithms_take_a_reported_call_as_a_success() {
 /// it is two); at 10 % it ends, and the limit stays where 10 % is about a call.
 #[test]
 fn with_reports_slow_start_goes_on_below_the_middle_of_the_share_band() {
-    const BASE: f64 = 10_000_000.0; // 10 ms unloaded
     fn after_samples(share: f64, samples: usize) -> usize {
         let mut vegas = Vegas::new();
-        let rtt = (BASE / (1.0 - share)) as u64;
-        for _ in 0..samples {
-            let in_flight = vegas.limit();
-            vegas.update_queued(rtt, in_flight, rtt - BASE as u64);
-        }
+        feed_queued_share(&mut vegas, share, samples);
         vegas.limit()
     }
     let below = after_samples(0.05, 2_000);

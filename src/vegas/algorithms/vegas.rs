@@ -579,7 +579,9 @@ impl Vegas {
         matches!(self.phase, Phase::Probing { .. })
     }
 
-    fn thresholds(&self) -> (f64, f64) {
+    /// The band (`alpha`, `beta`) in calls at the current limit; `reported`: whether the
+    /// dependency reports its queue.
+    fn thresholds(&self, reported: bool) -> (f64, f64) {
         // log10 is at most 1 up to 10, where the scale is 1 anyway: skip it for small limits.
         let scale = if self.config.log10_scaling && self.estimate > 10.0 {
             self.estimate.log10().max(1.0)
@@ -597,7 +599,6 @@ impl Vegas {
         // their limits converge, where a band that is the same share for both lets any split
         // stand (why, in the `Vegas` docs, "In a fleet"). It is below the share band from a
         // limit of 5 up (by default), and above the floor below from a limit of 20.
-        let reported = self.baseline.is_reported();
         let capped = if reported {
             (MIN_ALPHA * share_alpha).sqrt()
         } else {
@@ -929,7 +930,7 @@ impl Vegas {
             Some(share) if reported => window.mean_in_flight * share,
             _ => limit * (1.0 - base as f64 / window.low as f64).max(0.0),
         };
-        let (alpha, beta) = self.thresholds();
+        let (alpha, beta) = self.thresholds(reported);
         let target = (alpha + beta) / 2.0;
         let used = window.mean_in_flight * 2.0 >= limit;
         // While reports come in, slow start goes on through the band and ends above it: a
