@@ -535,3 +535,60 @@ fn with_reports_slow_start_goes_on_below_the_middle_of_the_share_band() {
     let above = after_samples(0.10, 2_000);
     assert!(above <= 16, "10 % queued: slow start ended, got {above}");
 }
+
+/// While the dependency reports its queue, a slow start that ended above the band resumes, once,
+/// when a window within 4 rounds finds the queue gone: a newcomer's last doubling queues its own
+/// calls behind the others' until they cut, which ends its slow start far below its share (as
+/// HyStart++ resumes a slow start whose RTT falls back). A queue that stays, even inside the
+/// band, ends it for good.
+#[test]
+fn with_reports_a_slow_start_ended_by_a_passing_queue_resumes_once() {
+    /// Feeds calls that spend 30 % of their RTT queued until the limit is cut; answers the
+    /// limit after the cut.
+    fn cut(vegas: &mut Vegas) -> usize {
+        let before = vegas.limit();
+        while vegas.limit() >= before {
+            feed_queued_share(vegas, 0.3, 1);
+        }
+        vegas.limit()
+    }
+    /// A Vegas in slow start with nothing queued up to at least 16 permits, then cut.
+    fn grown_then_cut() -> (Vegas, usize) {
+        let mut vegas = Vegas::new();
+        while vegas.limit() < 16 {
+            feed_queued_share(&mut vegas, 0.0, 1);
+        }
+        let limit = cut(&mut vegas);
+        (vegas, limit)
+    }
+    /// The limit after 64 calls with nothing queued (4 windows at up to 32 permits).
+    fn after_no_queue(vegas: &mut Vegas) -> usize {
+        feed_queued_share(vegas, 0.0, 64);
+        vegas.limit()
+    }
+
+    let (mut vegas, cut_to) = grown_then_cut();
+    let resumed = after_no_queue(&mut vegas);
+    assert!(
+        resumed >= 2 * cut_to,
+        "the queue gone after the cut: slow start resumes ({cut_to} -> {resumed})"
+    );
+    // Once only: cut again, and the queue gone again, the limit grows additively.
+    let cut_again = cut(&mut vegas);
+    let after = after_no_queue(&mut vegas);
+    assert!(
+        after <= cut_again + 4,
+        "resumes once: {cut_again} -> {after}"
+    );
+
+    // A queue that stays after the cut (2 % of the RTT, under the band) for more than 4 rounds
+    // ends slow start for good.
+    let (mut vegas, cut_to) = grown_then_cut();
+    feed_queued_share(&mut vegas, 0.02, 6 * 16);
+    let held = vegas.limit();
+    let after = after_no_queue(&mut vegas);
+    assert!(
+        after <= held + 4,
+        "a queue that stayed: no slow start again ({cut_to} -> {held} -> {after})"
+    );
+}

@@ -880,24 +880,23 @@ mod tests {
     }
 
     /// With reports, two instances share evenly in front of many workers too (64 and 128 at
-    /// 10 ms), and the late joiner holds 80 % of its share within 2.5 s. There each instance
-    /// holds tens of permits, and a band that is the same share of the RTT for every limit let
-    /// any split stand: Jain's index was below 0.95 for every seed of 2 instances in front of 128
-    /// workers (0.77-0.81), with the late joiner over 3 s; the band of the reports, narrower as
-    /// a share for a larger limit, has the larger instance give way first, and the growth that
-    /// no longer tapers toward `alpha` brings the late joiner in front of 128 workers in 2 s (3
-    /// to 3.5 s before). In front of 64 workers at 40 ms (the shape of the real-socket run), a
-    /// second holds 4 times fewer rounds: there Jain's index was below 0.95 in 5 of these 8
-    /// seeds (0.88 at the least) and the late joiner took up to 7.5 s, before the reports were
-    /// read as one's own queued calls with a move to the band's middle; and the late joiner got
-    /// there within 3 s in only 2 of them before slow start went on below the middle of the
-    /// share band (6 now: a newcomer no longer leaves slow start at a third of its share).
+    /// 10 ms, and 64 at 40 ms, the shape of the real-socket run, where a second holds 4 times
+    /// fewer rounds), and the late joiner holds 80 % of its share within 2 s at 10 ms and 3 s at
+    /// 40 ms, in every seed. There each instance holds tens of permits, and a band that is the
+    /// same share of the RTT for every limit let any split stand: Jain's index was below 0.95
+    /// for every seed of 2 instances in front of 128 workers (0.77-0.81), with the late joiner
+    /// over 3 s; the band of the reports, narrower as a share for a larger limit, has the larger
+    /// instance give way first, and the growth that no longer tapers toward `alpha` brings the
+    /// late joiner in. At 40 ms, Jain's index was below 0.95 in 5 of these 8 seeds (0.88 at the
+    /// least) before the reports were read as one's own queued calls with a move to the band's
+    /// middle, and the late joiner took over 3 s in 6 of them before slow start went on below
+    /// the middle of the share band, and in 2 (3.5 and 5.5 s) before a slow start ended by the
+    /// newcomer's own passing queue resumed.
     #[test]
     fn vegas_shares_evenly_in_front_of_many_workers_when_the_dependency_reports_its_queue() {
         let cases = (1..=3)
-            .flat_map(|seed| [(64, 10, seed, 2.5), (128, 10, seed, 2.5)])
-            .chain((1..=8).map(|seed| (64, 40, seed, 6.0)));
-        let mut late_within_3_s = 0;
+            .flat_map(|seed| [(64, 10, seed, 2.0), (128, 10, seed, 2.0)])
+            .chain((1..=8).map(|seed| (64, 40, seed, 3.0)));
         for (workers, service_ms, seed, max_late_s) in cases {
             let scenario = fleet::FleetScenario {
                 reported_queue: true,
@@ -921,14 +920,7 @@ mod tests {
                 vegas.late_joiner_80_s
             );
             assert_eq!(vegas.timeouts(), 0, "{context}");
-            if service_ms == 40 && vegas.late_joiner_80_s.is_some_and(|s| s <= 3.0) {
-                late_within_3_s += 1;
-            }
         }
-        assert!(
-            late_within_3_s >= 5,
-            "64 workers at 40 ms: the late joiner within 3 s in {late_within_3_s} seeds of 8"
-        );
     }
 
     /// On a noisy host (every call of the same 20 ms delayed alike, 0.4 ms on average), a lone
