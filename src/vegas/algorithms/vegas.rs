@@ -537,14 +537,44 @@ pub struct Vegas {
     flat_raises: RaiseSpacing,
     /// The window that caused the last RTT-based cut, until the window after it is judged.
     cut_reference: Option<CutReference>,
-    /// No queue or drop seen yet (or slow start resumed): grow by the whole limit per round,
+    /// Where slow start stands: while it runs, the limit grows by the whole limit per round,
     /// like TCP slow start.
-    slow_start: bool,
-    /// Rounds since slow start ended above the band while reports came in, while it may still
-    /// resume (see [`RESUME_WITHIN_ROUNDS`]).
-    ended_slow_start: Option<f64>,
-    /// Slow start has resumed once: it does not again, and ends above the band in calls.
-    resumed_slow_start: bool,
+    slow_start: SlowStart,
+}
+
+/// Where a [`Vegas`] slow start stands.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum SlowStart {
+    /// Running: no queue or drop seen yet.
+    First,
+    /// Ended above the band while reports came in, `rounds` ago: it may still resume (see
+    /// [`RESUME_WITHIN_ROUNDS`]).
+    Ended {
+        /// Rounds since it ended.
+        rounds: f64,
+    },
+    /// Running again, once, after the queue that ended it was gone; it ends above the band in
+    /// calls.
+    Resumed,
+    /// Over for good.
+    Over,
+}
+
+impl SlowStart {
+    /// Whether slow start is running: the limit grows by the whole limit per round.
+    fn runs(self) -> bool {
+        matches!(self, Self::First | Self::Resumed)
+    }
+
+    /// Ends a running slow start: a first one may resume (`may_resume`: it ended above the band
+    /// while reports came in). Anything else stays as it is.
+    fn end(&mut self, may_resume: bool) {
+        *self = match *self {
+            Self::First if may_resume => Self::Ended { rounds: 0.0 },
+            Self::First | Self::Resumed => Self::Over,
+            other => other,
+        };
+    }
 }
 
 impl Vegas {
@@ -585,9 +615,7 @@ impl Vegas {
             stale_raises: RaiseSpacing::from_start(),
             flat_raises: RaiseSpacing::default(),
             cut_reference: None,
-            slow_start: true,
-            ended_slow_start: None,
-            resumed_slow_start: false,
+            slow_start: SlowStart::First,
             config,
         }
     }
@@ -810,8 +838,7 @@ impl Vegas {
 
     #[inline(never)]
     fn on_drop(&mut self) {
-        self.slow_start = false;
-        self.ended_slow_start = None;
+        self.slow_start = SlowStart::Over;
         self.congested_rounds = 0.0;
         self.cut_reference = None;
         if let Phase::Probing { restore, .. } = self.phase {
@@ -961,36 +988,38 @@ impl Vegas {
         let (alpha, beta) = self.thresholds(reported);
         let target = (alpha + beta) / 2.0;
         let used = window.mean_in_flight * 2.0 >= limit;
+        // A slow start that ended above the band (below) resumes, once, when a window soon after
+        // finds the queue gone: that queue was the newcomer's own last doubling, waiting behind
+        // the others' calls until they cut, not a sign of its share (`vegas_sim --fleet
+        // --reported-queue --service-ms 40`, 2 instances in front of 64 workers: the late joiner
+        // over 3 s in 1 seed of 50, against 15; in front of 128, 3 against 32).
+        if let SlowStart::Ended { rounds: since } = self.slow_start {
+            self.slow_start = if queue <= RESUME_BELOW * alpha {
+                SlowStart::Resumed
+            } else if since + rounds <= RESUME_WITHIN_ROUNDS {
+                SlowStart::Ended {
+                    rounds: since + rounds,
+                }
+            } else {
+                SlowStart::Over
+            };
+        }
         // While reports come in, slow start goes on through the band and ends above it: a
         // newcomer's own calls wait behind the queue the others keep, so its reading enters the
         // band long before it holds its share (`vegas_sim --fleet --reported-queue --service-ms
         // 40`, 2 instances in front of 64 workers: Jain's index below 0.95 in 2 seeds of 50,
-        // against 18, when slow start ended in the band). Nor does it end while the queue is
-        // under the middle of the band that is a share of the RTT (7.5 % by default), however
-        // many calls of its own that is: the last doubling of a newcomer in front of many
-        // workers queues its own calls behind the others' before they cut, and a band of one
-        // call or two ended its slow start at a third of its share (the late joiner over 3 s in
-        // 31 seeds of 50 there, against 15).
-        // A newcomer's last doubling queues its own calls behind the others' until they cut, and
-        // that ends its slow start above the band; when a window soon after finds the queue gone,
-        // the burst was the cause, not the newcomer's share, and slow start resumes, once, to end
-        // above the band in calls (`vegas_sim --fleet --reported-queue --service-ms 40`, 2
-        // instances in front of 64 workers: the late joiner over 3 s in 1 seed of 50, against 15;
-        // in front of 128, 3 against 32).
-        if let Some(since) = self.ended_slow_start.take() {
-            if queue <= RESUME_BELOW * alpha {
-                self.slow_start = true;
-                self.resumed_slow_start = true;
-            } else if since + rounds <= RESUME_WITHIN_ROUNDS {
-                self.ended_slow_start = Some(since + rounds);
-            }
-        }
-        let slow_start_edge = if self.resumed_slow_start {
+        // against 18, when slow start ended in the band). Nor does a first slow start end while
+        // the queue is under the middle of the band that is a share of the RTT (7.5 % by
+        // default), however many calls of its own that is: the last doubling of a newcomer in
+        // front of many workers queues its own calls behind the others' before they cut, and a
+        // band of one call or two ended its slow start at a third of its share (the late joiner
+        // over 3 s in 31 seeds of 50 there, against 15). A resumed one ends above the band.
+        let slow_start_edge = if self.slow_start == SlowStart::Resumed {
             beta
         } else {
             beta.max(self.share_middle())
         };
-        let starting = reported && self.slow_start && queue <= slow_start_edge;
+        let starting = reported && self.slow_start.runs() && queue <= slow_start_edge;
         let change = if queue < alpha || starting {
             self.congested_rounds = 0.0;
             if used {
@@ -1005,7 +1034,7 @@ impl Vegas {
                 } else {
                     (alpha - queue) / alpha
                 };
-                if self.slow_start {
+                if self.slow_start.runs() {
                     self.config.smoothing * (target - queue).max(limit * headroom) * rounds
                 } else {
                     // Sub-linear growth per round: additive at small limits, sqrt(limit) at
@@ -1020,10 +1049,7 @@ impl Vegas {
                 0.0
             }
         } else if queue > beta {
-            if reported && self.slow_start && !self.resumed_slow_start {
-                self.ended_slow_start = Some(0.0);
-            }
-            self.slow_start = false;
+            self.slow_start.end(reported);
             if self.congested_rounds == 0.0 {
                 self.limit_before_congestion = limit;
             }
@@ -1041,7 +1067,7 @@ impl Vegas {
             };
             -cut
         } else {
-            self.slow_start = false;
+            self.slow_start.end(false);
             self.congested_rounds = 0.0;
             if reported {
                 // Exact readings: move toward the band's middle (as FAST TCP does), so that the
