@@ -201,6 +201,13 @@ impl VegasBuilder {
     /// share of the limit (`sqrt(0.25 * limit * share / 2)` calls), but at least half a call
     /// (0.5 to 1.8 calls between limits of 20 and 256 by default), and `beta` twice that; slow
     /// start then ends only above that band and above `0.75 * share` of the RTT.
+    ///
+    /// On a busy host the RTT of a fast dependency can scatter by as much as the default band
+    /// with nothing queued, which holds a lone instance far below a dependency of many workers
+    /// unless the dependency reports its queue (on real sockets, 0.24x a fixed limit's goodput
+    /// in front of 64 workers at 10 ms). A share of 0.2 served 1.00x there; it costs fleets in
+    /// front of few workers their even shares, so keep the default for them (see the Vegas
+    /// guide, [`crate::guide::vegas`]).
     pub fn max_queue_share(mut self, share: f64) -> Self {
         self.settings.max_queue_share = share;
         self
