@@ -4,7 +4,7 @@ use crate::common;
 
 use std::time::Duration;
 
-use common::{Dependency, busy_rounds, sample};
+use common::{Dependency, Rng, busy_rounds, sample};
 use flowguard::vegas::{
     Aimd, ConfigError, Fixed, Gradient, LimitAlgorithm, LimitBounds, Outcome, Vegas, VegasBuilder,
 };
@@ -595,8 +595,8 @@ fn with_reports_a_slow_start_ended_by_a_passing_queue_resumes_once() {
 
 /// Runs `rounds` rounds of a busy caller in front of `workers` workers at 10 ms on a host whose
 /// own delay changes from round to round (the same for every call of a round, uniform between
-/// none and `scatter` of the service time, from a fixed xorshift sequence), and returns the
-/// mean limit over the last quarter of the rounds.
+/// none and `scatter` of the service time, from a fixed-seed sequence), and returns the mean
+/// limit over the last quarter of the rounds.
 fn mean_limit_on_a_busy_host(
     vegas: &mut Vegas,
     workers: usize,
@@ -607,21 +607,13 @@ fn mean_limit_on_a_busy_host(
         slots: workers,
         service_micros: 10_000,
     };
-    let mut state: u64 = 0x9E37_79B9_7F4A_7C15;
+    let mut rng = Rng(7);
     let mut sum = 0.0;
     for round in 0..rounds {
-        state ^= state << 13;
-        state ^= state >> 7;
-        state ^= state << 17;
-        let share = (state >> 11) as f64 / (1u64 << 53) as f64;
-        let host = (scatter * share * dependency.service_micros as f64) as u64;
-        let limit = vegas.limit();
-        for _ in 0..limit {
-            let rtt = dependency.rtt_micros(limit) + host;
-            vegas.update(&sample(rtt, limit, Outcome::Success));
-        }
+        let host = (scatter * rng.next() * dependency.service_micros as f64) as u64;
+        let limit = dependency.round(vegas, host);
         if round >= rounds * 3 / 4 {
-            sum += vegas.limit() as f64;
+            sum += limit as f64;
         }
     }
     sum / (rounds - rounds * 3 / 4) as f64

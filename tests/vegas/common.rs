@@ -95,11 +95,32 @@ impl Dependency {
     /// Runs `rounds` rounds in which the caller uses the whole limit.
     pub fn drive(&self, algorithm: &mut impl LimitAlgorithm, rounds: usize) -> usize {
         for _ in 0..rounds {
-            let limit = algorithm.limit();
-            for _ in 0..limit {
-                algorithm.update(&sample(self.rtt_micros(limit), limit, Outcome::Success));
-            }
+            self.round(algorithm, 0);
         }
         algorithm.limit()
+    }
+
+    /// Runs one round in which the caller uses the whole limit, each call delayed by
+    /// `host_micros` more (a busy host's own delay); returns the limit after it.
+    pub fn round(&self, algorithm: &mut impl LimitAlgorithm, host_micros: u64) -> usize {
+        let limit = algorithm.limit();
+        for _ in 0..limit {
+            let rtt = self.rtt_micros(limit) + host_micros;
+            algorithm.update(&sample(rtt, limit, Outcome::Success));
+        }
+        algorithm.limit()
+    }
+}
+
+/// A fixed-seed generator (SplitMix64): uniform in [0, 1).
+pub struct Rng(pub u64);
+
+impl Rng {
+    pub fn next(&mut self) -> f64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        (z ^ (z >> 31)) as f64 / (u64::MAX as f64 + 1.0)
     }
 }

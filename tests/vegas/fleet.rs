@@ -9,7 +9,7 @@ use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
 use std::time::Duration;
 
-use crate::common::{Dependency, sample};
+use crate::common::{Dependency, Rng, sample};
 use flowguard::clock::ManualClock;
 use flowguard::vegas::{LimitAlgorithm, LimitBounds, Limiter, Outcome, OwnedPermit, Vegas};
 
@@ -26,19 +26,6 @@ const END: u64 = 14 * SECOND;
 /// Fairness and the sum of the limits are judged from here to the end.
 const JUDGED_FROM: u64 = 8 * SECOND;
 const WINDOW: u64 = SECOND / 2;
-
-/// A fixed-seed generator (SplitMix64): uniform in [0, 1).
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> f64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        (z ^ (z >> 31)) as f64 / (u64::MAX as f64 + 1.0)
-    }
-}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 enum Event {
