@@ -582,6 +582,24 @@ impl SlowStart {
             other => other,
         };
     }
+
+    /// After a window of `rounds` rounds: a slow start that ended (above the band, while
+    /// reports came in) resumes if the window found the queue gone (`queue_gone`), waits while
+    /// it is within [`RESUME_WITHIN_ROUNDS`] of its end, and is over after that. Anything else
+    /// stays as it is.
+    fn after_window(&mut self, queue_gone: bool, rounds: f64) {
+        if let Self::Ended { rounds: since } = *self {
+            *self = if queue_gone {
+                Self::Resumed
+            } else if since + rounds <= RESUME_WITHIN_ROUNDS {
+                Self::Ended {
+                    rounds: since + rounds,
+                }
+            } else {
+                Self::Over
+            };
+        }
+    }
 }
 
 impl Vegas {
@@ -1000,17 +1018,8 @@ impl Vegas {
         // the others' calls until they cut, not a sign of its share (`vegas_sim --fleet
         // --reported-queue --service-ms 40`, 2 instances in front of 64 workers: the late joiner
         // over 3 s in 1 seed of 50, against 15; in front of 128, 3 against 32).
-        if let SlowStart::Ended { rounds: since } = self.slow_start {
-            self.slow_start = if queue <= RESUME_BELOW * alpha {
-                SlowStart::Resumed
-            } else if since + rounds <= RESUME_WITHIN_ROUNDS {
-                SlowStart::Ended {
-                    rounds: since + rounds,
-                }
-            } else {
-                SlowStart::Over
-            };
-        }
+        self.slow_start
+            .after_window(queue <= RESUME_BELOW * alpha, rounds);
         // While reports come in, slow start goes on through the band and ends above it: a
         // newcomer's own calls wait behind the queue the others keep, so its reading enters the
         // band long before it holds its share (`vegas_sim --fleet --reported-queue --service-ms
