@@ -31,6 +31,8 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use flowguard::vegas::QueueTiming;
 use flowguard::vegas::worker_queue::{Bounded, WorkerQueueLayer};
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, oneshot};
 
@@ -57,6 +59,10 @@ pub struct BackendConfig {
     /// With [`BackendQueue::Layer`]: how many requests may wait (`None`: any number); the next
     /// one is answered 503 at once.
     pub max_waiting: Option<usize>,
+    /// How far each request's service time strays from the service time in effect, either way,
+    /// as a fraction in `[0, 1)`, drawn uniformly (0: every request takes exactly the service
+    /// time).
+    pub service_jitter: f64,
 }
 
 /// Which queue `GET /work` requests wait in for a worker.
@@ -100,6 +106,7 @@ impl Default for BackendConfig {
             workers_after: 4,
             queue: BackendQueue::Own,
             max_waiting: None,
+            service_jitter: 0.0,
         }
     }
 }
@@ -136,6 +143,10 @@ pub struct BackendFlags {
     /// at once [default: any number]
     #[arg(long = "max-waiting", value_name = "N")]
     pub max_waiting: Option<usize>,
+    /// Each request's service time is drawn uniformly from (1 - F) to (1 + F) times the
+    /// service time, F in [0, 1)
+    #[arg(long = "service-jitter", value_name = "F", default_value_t = 0.0, value_parser = cli::spread)]
+    pub service_jitter: f64,
 }
 
 impl BackendFlags {
@@ -149,6 +160,7 @@ impl BackendFlags {
             workers_after: self.workers_to.unwrap_or(self.workers),
             queue: self.queue,
             max_waiting: self.max_waiting,
+            service_jitter: self.service_jitter,
         }
     }
 }
@@ -207,6 +219,9 @@ impl BackendConfig {
         if let Some(max_waiting) = self.max_waiting {
             flags.extend(["--max-waiting".into(), max_waiting.to_string()]);
         }
+        if self.service_jitter > 0.0 {
+            flags.extend(["--service-jitter".into(), self.service_jitter.to_string()]);
+        }
         flags
     }
 
@@ -244,8 +259,13 @@ impl BackendConfig {
             Some(max_waiting) => format!(", at most {max_waiting} waiting"),
             None => String::new(),
         };
+        let jitter = if self.service_jitter > 0.0 {
+            format!(" +/-{:.0} %", self.service_jitter * 100.0)
+        } else {
+            String::new()
+        };
         format!(
-            "{} workers at {:.1} ms ({:.0}/s){step}; {}{bound}",
+            "{} workers at {:.1} ms{jitter} ({:.0}/s){step}; {}{bound}",
             self.workers,
             self.service.as_secs_f64() * 1e3,
             self.capacity(),
@@ -276,6 +296,13 @@ impl BackendConfig {
         }
     }
 
+    /// Service time of a request whose service starts at `since_start`, with `draw` in `[0, 1)`
+    /// placing it within the jitter (`0.5`: the service time in effect itself).
+    pub fn service_drawn(&self, since_start: Duration, draw: f64) -> Duration {
+        let factor = 1.0 + self.service_jitter * (2.0 * draw - 1.0);
+        self.service_at(since_start).mul_f64(factor)
+    }
+
     /// Requests per second the workers complete before the step (`workers / service`).
     pub fn capacity(&self) -> f64 {
         self.workers as f64 / self.service.as_secs_f64()
@@ -291,6 +318,7 @@ impl BackendConfig {
             "workers_after": self.workers_after,
             "queue": self.queue.name(),
             "max_waiting": self.max_waiting,
+            "service_jitter": self.service_jitter,
         })
     }
 
@@ -333,9 +361,15 @@ impl BackendConfig {
             None | Some(serde_json::Value::Null) => None,
             Some(_) => Some(count("max_waiting")?),
         };
+        // And reports from before the jitter lack it: every request took the service time.
+        let service_jitter = match json.get("service_jitter") {
+            None | Some(serde_json::Value::Null) => 0.0,
+            Some(_) => number("service_jitter")?,
+        };
         Ok(Self {
             queue,
             max_waiting,
+            service_jitter,
             workers: count("workers")?,
             service: Duration::from_secs_f64(number("service_ms")? / 1e3),
             step_at,
@@ -461,7 +495,13 @@ struct Shared {
     stale: AtomicU64,
     /// With `--queue layer`: the layer, whose counts are the queue's.
     layered: Option<Layered>,
+    /// Where each service time falls within `--service-jitter`: a fixed sequence, restarted by
+    /// each run, taken in the order services start.
+    draws: Mutex<SmallRng>,
 }
+
+/// The seed of the service-time draws, the same for every run.
+const DRAW_SEED: u64 = 1;
 
 /// The backend's `WorkerQueueLayer`, bounded (`--max-waiting`) or not.
 #[derive(Clone)]
@@ -486,6 +526,20 @@ impl Shared {
             .run
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// The service time of a request whose service starts now, in `run`.
+    fn service(&self, run: &Run) -> Duration {
+        let since_start = run.started.elapsed();
+        if self.config.service_jitter == 0.0 {
+            return self.config.service_at(since_start);
+        }
+        let draw = self
+            .draws
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .random::<f64>();
+        self.config.service_drawn(since_start, draw)
     }
 }
 
@@ -520,6 +574,7 @@ pub async fn serve(listener: TcpListener, config: BackendConfig) -> std::io::Res
         abandoned: AtomicU64::new(0),
         stale: AtomicU64::new(0),
         layered: layered.clone(),
+        draws: Mutex::new(SmallRng::seed_from_u64(DRAW_SEED)),
     });
     let work_route = match layered {
         None => {
@@ -580,7 +635,7 @@ async fn worker(
             continue;
         }
         let queued = job.enqueued.elapsed();
-        tokio::time::sleep(shared.config.service_at(run.started.elapsed())).await;
+        tokio::time::sleep(shared.service(&run)).await;
         // Counted before the answer leaves, so that a client that has its answer finds it counted.
         if job.reply.is_closed() {
             shared.abandoned.fetch_add(1, Ordering::Relaxed);
@@ -641,7 +696,7 @@ async fn work_layered(
     }
     // Dropped before the service time is over: its client went away (hyper drops the handler).
     let abandoned = Abandoned(&shared.abandoned);
-    tokio::time::sleep(shared.config.service_at(run.started.elapsed())).await;
+    tokio::time::sleep(shared.service(&run)).await;
     std::mem::forget(abandoned);
     shared.served.fetch_add(1, Ordering::Relaxed);
     "ok\n".into_response()
@@ -666,6 +721,10 @@ async fn start_run(State(shared): State<Arc<Shared>>) -> impl IntoResponse {
         run.number += 1;
         run.started = Instant::now();
     }
+    *shared
+        .draws
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner()) = SmallRng::seed_from_u64(DRAW_SEED);
     for counter in [&shared.served, &shared.abandoned, &shared.stale] {
         counter.store(0, Ordering::Relaxed);
     }
@@ -782,6 +841,46 @@ mod tests {
         let mut old = config.to_json();
         old.as_object_mut().unwrap().remove("max_waiting");
         assert_eq!(BackendConfig::from_json(&old).unwrap().max_waiting, None);
+    }
+
+    #[test]
+    fn a_service_jitter_round_trips_and_spreads_the_service_time_both_ways() {
+        let config = parse(&[
+            "--service-ms",
+            "40",
+            "--step-at",
+            "none",
+            "--service-jitter",
+            "0.3",
+        ])
+        .unwrap();
+        assert_eq!(config.service_jitter, 0.3);
+        let flags = config.to_flags();
+        let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+        assert_eq!(parse(&flags).unwrap(), config);
+        assert_eq!(BackendConfig::from_json(&config.to_json()).unwrap(), config);
+        assert!(
+            config
+                .describe()
+                .starts_with("4 workers at 40.0 ms +/-30 % (100/s)")
+        );
+        let at = Duration::ZERO;
+        assert_eq!(config.service_drawn(at, 0.0), Duration::from_millis(28));
+        assert_eq!(config.service_drawn(at, 0.5), Duration::from_millis(40));
+        assert!(config.service_drawn(at, 0.999_999) < Duration::from_millis(52));
+        // Without it, every request takes the service time, and the flag is not written.
+        let exact = parse(&["--service-ms", "40"]).unwrap();
+        assert_eq!(exact.service_drawn(at, 0.0), Duration::from_millis(40));
+        assert!(!exact.to_flags().contains(&"--service-jitter".to_owned()));
+        assert!(
+            parse(&["--service-jitter", "1"])
+                .unwrap_err()
+                .contains("below 1")
+        );
+        // A report from before the jitter: none.
+        let mut old = config.to_json();
+        old.as_object_mut().unwrap().remove("service_jitter");
+        assert_eq!(BackendConfig::from_json(&old).unwrap().service_jitter, 0.0);
     }
 
     #[test]

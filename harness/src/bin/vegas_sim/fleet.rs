@@ -432,6 +432,7 @@ pub fn json(scenario: &FleetScenario, reports: &[FleetReport]) -> serde_json::Va
         "seed": scenario.seed,
         "reported_queue": scenario.reported_queue,
         "host_noise_ms": scenario.host_noise.as_secs_f64() * 1e3,
+        "service_jitter": scenario.jitter,
         "limiters": reports.iter().map(FleetReport::to_json).collect::<Vec<_>>(),
     })
 }

@@ -23,7 +23,7 @@ use flowguard::clock::ManualClock;
 use flowguard::vegas::{
     Aimd, Fixed, Gradient, LimitAlgorithm, LimitBounds, Limiter, OwnedPermit, Vegas,
 };
-use flowguard_harness::cli::{above_zero, positive};
+use flowguard_harness::cli::{above_zero, positive, spread};
 use flowguard_harness::exponential::unit_exponential;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
@@ -461,6 +461,10 @@ fn json(reports: &[Report]) -> String {
 /// With `--host-noise-ms MS` (fleet and step scenarios), the host is noisy: every call whose
 /// service starts in the same 20 ms takes the same extra delay, drawn from an exponential
 /// distribution with mean MS (see `host_noise.rs`).
+///
+/// With `--service-jitter F` (every scenario; default 0.1), each call's service time is drawn
+/// uniformly from (1 - F) to (1 + F) times the mean. Vegas reads its queue from the low end of
+/// the RTTs, so a wider spread is a harder dependency for it (see docs/PERFORMANCE.md).
 #[derive(Parser)]
 #[command(verbatim_doc_comment, args_override_self = true)]
 #[command(group(clap::ArgGroup::new("scenario").args(["step", "fleet"])))]
@@ -507,13 +511,23 @@ struct Args {
     /// host).
     #[arg(long, value_name = "MS", value_parser = above_zero, requires = "scenario")]
     host_noise_ms: Option<f64>,
+    /// How far each call's service time strays from the mean, either way, as a fraction in
+    /// `[0, 1)`, drawn uniformly (every scenario; default 0.1: 90 % to 110 % of the mean).
+    #[arg(long, default_value_t = 0.1, value_name = "FRACTION", value_parser = spread)]
+    service_jitter: f64,
 }
 
 fn main() -> Result<(), Box<dyn Error>> {
     let args = Args::parse();
     let host_noise = Duration::from_secs_f64(args.host_noise_ms.unwrap_or(0.0) / 1e3);
     if args.step {
-        return run_steps(args.seed, args.reported_queue, host_noise, args.json);
+        return run_steps(
+            args.seed,
+            args.reported_queue,
+            host_noise,
+            args.service_jitter,
+            args.json,
+        );
     }
     if args.fleet {
         let scenario = fleet::FleetScenario {
@@ -523,6 +537,7 @@ fn main() -> Result<(), Box<dyn Error>> {
             }),
             reported_queue: args.reported_queue,
             host_noise,
+            jitter: args.service_jitter,
             ..fleet::FleetScenario::standard(usize::from(args.instances), args.seed)
         };
         let reports = run_fleet(&scenario)?;
@@ -535,7 +550,10 @@ fn main() -> Result<(), Box<dyn Error>> {
         }
         return Ok(());
     }
-    let scenario = Scenario::standard(args.seed, args.slots);
+    let scenario = Scenario {
+        jitter: args.service_jitter,
+        ..Scenario::standard(args.seed, args.slots)
+    };
     println!(
         "downstream: {} slots, {:?} service (+/-{}%), queue {}; offered {}x capacity; {}x slowdown at {:?}, recovery at {:?}, end {:?}; seed {}",
         scenario.slots,
@@ -648,6 +666,7 @@ fn run_steps(
     seed: u64,
     reported_queue: bool,
     host_noise: Duration,
+    jitter: f64,
     as_json: bool,
 ) -> Result<(), Box<dyn Error>> {
     let mut all = Vec::new();
@@ -658,6 +677,7 @@ fn run_steps(
         let scenario = step::StepScenario {
             reported_queue,
             host_noise,
+            jitter,
             ..scenario
         };
         let reports = run_step(&scenario)?;

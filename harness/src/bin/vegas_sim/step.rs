@@ -376,13 +376,14 @@ pub fn simulate_step(
 /// limit per 100 ms from 0.5 s before the step to 1.5 s after it.
 pub fn print(scenario: &StepScenario, reports: &[StepReport]) {
     println!(
-        "\n{}: {} workers at {:?} -> {} workers at {:?} at {:?}; offered {}x, wait <= {:?}, deadline {:?}, seed {}{}{}",
+        "\n{}: {} workers at {:?} -> {} workers at {:?} at {:?} (+/-{}%); offered {}x, wait <= {:?}, deadline {:?}, seed {}{}{}",
         scenario.name,
         scenario.workers,
         scenario.service,
         scenario.workers_after,
         scenario.service_after,
         scenario.step_at,
+        scenario.jitter * 100.0,
         scenario.offered_load,
         scenario.max_wait,
         scenario.deadline,
@@ -473,6 +474,7 @@ pub fn json(scenario: &StepScenario, reports: &[StepReport]) -> serde_json::Valu
         "scenario": scenario.name,
         "reported_queue": scenario.reported_queue,
         "host_noise_ms": scenario.host_noise.as_secs_f64() * 1e3,
+        "service_jitter": scenario.jitter,
         "limiters": limiters,
     })
 }
