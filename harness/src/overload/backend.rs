@@ -774,6 +774,17 @@ mod tests {
             .map_err(|e| e.to_string())
     }
 
+    /// `config` reads back the same from its flags and from its JSON.
+    fn assert_round_trips(config: &BackendConfig) {
+        let flags = config.to_flags();
+        let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+        assert_eq!(&parse(&flags).unwrap(), config);
+        assert_eq!(
+            &BackendConfig::from_json(&config.to_json()).unwrap(),
+            config
+        );
+    }
+
     #[test]
     fn flags_round_trip_through_to_flags_and_json() {
         let config = parse(&[
@@ -794,10 +805,7 @@ mod tests {
         assert_eq!(config.workers, 8);
         assert_eq!(config.workers_after, 4);
         assert_eq!(config.step_at, Some(Duration::from_millis(2500)));
-        let flags = config.to_flags();
-        let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
-        assert_eq!(parse(&flags).unwrap(), config);
-        assert_eq!(BackendConfig::from_json(&config.to_json()).unwrap(), config);
+        assert_round_trips(&config);
     }
 
     #[test]
@@ -805,10 +813,7 @@ mod tests {
         let config = parse(&["--queue", "layer", "--workers", "6"]).unwrap();
         assert_eq!(config.queue, BackendQueue::Layer);
         assert_eq!(config.check(), Ok(()));
-        let flags = config.to_flags();
-        let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
-        assert_eq!(parse(&flags).unwrap(), config);
-        assert_eq!(BackendConfig::from_json(&config.to_json()).unwrap(), config);
+        assert_round_trips(&config);
         let stepped = parse(&["--queue", "layer", "--workers-to", "2"]).unwrap();
         assert!(stepped.check().unwrap_err().contains("--workers-to 2"));
         // A report from before the choice of queue reads as the backend's own.
@@ -826,10 +831,7 @@ mod tests {
         let config = parse(&["--queue", "layer", "--max-waiting", "32"]).unwrap();
         assert_eq!(config.max_waiting, Some(32));
         assert_eq!(config.check(), Ok(()));
-        let flags = config.to_flags();
-        let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
-        assert_eq!(parse(&flags).unwrap(), config);
-        assert_eq!(BackendConfig::from_json(&config.to_json()).unwrap(), config);
+        assert_round_trips(&config);
         assert!(
             config
                 .describe()
@@ -855,10 +857,7 @@ mod tests {
         ])
         .unwrap();
         assert_eq!(config.service_jitter, 0.3);
-        let flags = config.to_flags();
-        let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
-        assert_eq!(parse(&flags).unwrap(), config);
-        assert_eq!(BackendConfig::from_json(&config.to_json()).unwrap(), config);
+        assert_round_trips(&config);
         assert!(
             config
                 .describe()
