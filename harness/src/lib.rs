@@ -6,6 +6,7 @@ pub mod fairness;
 pub mod fleet_report;
 pub mod naive;
 pub mod overload;
+pub mod service_spread;
 
 /// A load client's tokio runtime: with 0 or 1 `threads`, the current-thread scheduler (the
 /// tasks and their connections on one thread, so that one connection's requests leave in one

@@ -13,6 +13,7 @@
 //! reports `dropped`; the backend still serves it). A completed call reports `success`.
 //! Latency runs from arrival (including the wait for a permit) to completion.
 
+use flowguard_harness::service_spread::SpreadShape;
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
 use std::error::Error;
@@ -24,8 +25,8 @@ use flowguard_harness::exponential::unit_exponential;
 use flowguard_harness::fairness::{jain_index, time_to_share};
 use flowguard_harness::fleet_report::{self, InstanceReport, percentile};
 pub use flowguard_harness::fleet_report::{FleetReport, print_instance_limits};
+use rand::SeedableRng;
 use rand::rngs::SmallRng;
-use rand::{Rng, SeedableRng};
 
 use crate::host_noise::{self, HostNoise};
 
@@ -37,6 +38,8 @@ pub struct FleetScenario {
     pub service: Duration,
     /// Service time varies uniformly by this share around its mean.
     pub jitter: f64,
+    /// The shape of the service time's spread (`jitter` is its width).
+    pub shape: SpreadShape,
     /// Total offered load while every instance is up, times the backend's capacity.
     pub offered_load: f64,
     /// Instance `i` (but the last) starts at `i * stagger`.
@@ -65,6 +68,7 @@ impl FleetScenario {
             workers: 4,
             service: Duration::from_millis(10),
             jitter: 0.1,
+            shape: SpreadShape::Uniform,
             offered_load: 3.0,
             stagger: Duration::from_secs(1),
             join_at: Duration::from_secs(10),
@@ -309,7 +313,7 @@ pub fn simulate_fleet(
             let Some(id) = backlog.pop_front() else {
                 break;
             };
-            let spread = 1.0 + scenario.jitter * (2.0 * service_rng.random::<f64>() - 1.0);
+            let spread = scenario.shape.factor(scenario.jitter, &mut service_rng);
             let service = (scenario.service.as_nanos() as f64 * spread) as u64 + noise.delay(now);
             busy += 1;
             calls[id].queued = now - calls[id].granted_at;
@@ -399,11 +403,11 @@ fn per_second(trace: &[f64], seconds: usize) -> Vec<Option<f64>> {
 /// Prints the scenario, then the fleet report of each limiter (see [`fleet_report::print`]).
 pub fn print(scenario: &FleetScenario, reports: &[FleetReport]) {
     println!(
-        "\nfleet: {} instances, {} workers at {:?} (+/-{}%), {}x total overload; starts {:?} apart, the last joins at {:?}, the first leaves at {:?}, end {:?}; wait <= {:?}, deadline {:?}, seed {}{}{}",
+        "\nfleet: {} instances, {} workers at {:?} ({}), {}x total overload; starts {:?} apart, the last joins at {:?}, the first leaves at {:?}, end {:?}; wait <= {:?}, deadline {:?}, seed {}{}{}",
         scenario.instances,
         scenario.workers,
         scenario.service,
-        scenario.jitter * 100.0,
+        scenario.shape.describe(scenario.jitter),
         scenario.offered_load,
         scenario.stagger,
         scenario.join_at,
@@ -433,6 +437,7 @@ pub fn json(scenario: &FleetScenario, reports: &[FleetReport]) -> serde_json::Va
         "reported_queue": scenario.reported_queue,
         "host_noise_ms": scenario.host_noise.as_secs_f64() * 1e3,
         "service_jitter": scenario.jitter,
+        "service_shape": scenario.shape.name(),
         "limiters": reports.iter().map(FleetReport::to_json).collect::<Vec<_>>(),
     })
 }

@@ -12,6 +12,7 @@ mod fleet;
 mod host_noise;
 mod step;
 
+use flowguard_harness::service_spread::SpreadShape;
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
 use std::error::Error;
@@ -25,8 +26,8 @@ use flowguard::vegas::{
 };
 use flowguard_harness::cli::{above_zero, positive, spread};
 use flowguard_harness::exponential::unit_exponential;
+use rand::SeedableRng;
 use rand::rngs::SmallRng;
-use rand::{Rng, SeedableRng};
 
 /// Downstream and load settings.
 #[derive(Debug, Clone, Copy)]
@@ -36,6 +37,8 @@ struct Scenario {
     service: Duration,
     /// Service time varies uniformly by this share around its mean.
     jitter: f64,
+    /// The shape of the service time's spread (`jitter` is its width).
+    shape: SpreadShape,
     offered_load: f64,
     slowdown: f64,
     slowdown_at: Duration,
@@ -51,6 +54,7 @@ impl Scenario {
             queue_capacity: 2 * slots,
             service: Duration::from_millis(20),
             jitter: 0.1,
+            shape: SpreadShape::Uniform,
             offered_load: 3.0,
             slowdown: 3.0,
             slowdown_at: Duration::from_secs(20),
@@ -161,7 +165,7 @@ fn simulate(scenario: &Scenario, algorithm: impl LimitAlgorithm) -> Result<Repor
          rng: &mut SmallRng,
          completions: &mut BinaryHeap<Reverse<(u64, u64)>>,
          in_service: &mut hashbrown::HashMap<u64, InService>| {
-            let spread = 1.0 + scenario.jitter * (2.0 * rng.random::<f64>() - 1.0);
+            let spread = scenario.shape.factor(scenario.jitter, rng);
             let service_nanos = (scenario.mean_service_nanos(now) * spread) as u64;
             sequence += 1;
             completions.push(Reverse((now + service_nanos, sequence)));
@@ -463,8 +467,10 @@ fn json(reports: &[Report]) -> String {
 /// distribution with mean MS (see `host_noise.rs`).
 ///
 /// With `--service-jitter F` (every scenario; default 0.1), each call's service time is drawn
-/// uniformly from (1 - F) to (1 + F) times the mean. Vegas reads its queue from the low end of
-/// the RTTs, so a wider spread is a harder dependency for it (see docs/PERFORMANCE.md).
+/// uniformly from (1 - F) to (1 + F) times the mean; with `--service-shape lognormal`, from a
+/// lognormal distribution whose standard deviation is about F times the mean. Vegas reads its
+/// queue from the low end of the RTTs, so a wider spread is a harder dependency for it (see
+/// docs/PERFORMANCE.md).
 #[derive(Parser)]
 #[command(verbatim_doc_comment, args_override_self = true)]
 #[command(group(clap::ArgGroup::new("scenario").args(["step", "fleet"])))]
@@ -515,6 +521,11 @@ struct Args {
     /// `[0, 1)`, drawn uniformly (every scenario; default 0.1: 90 % to 110 % of the mean).
     #[arg(long, default_value_t = 0.1, value_name = "FRACTION", value_parser = spread)]
     service_jitter: f64,
+    /// The shape of that spread: uniform, or lognormal (each call's service time is the mean
+    /// times `exp(F * z - F^2 / 2)`, `z` standard normal: a standard deviation of about F times
+    /// the mean, a long tail to the right).
+    #[arg(long, value_enum, default_value_t = SpreadShape::Uniform)]
+    service_shape: SpreadShape,
 }
 
 fn main() -> Result<(), Box<dyn Error>> {
@@ -526,6 +537,7 @@ fn main() -> Result<(), Box<dyn Error>> {
             args.reported_queue,
             host_noise,
             args.service_jitter,
+            args.service_shape,
             args.json,
         );
     }
@@ -538,6 +550,7 @@ fn main() -> Result<(), Box<dyn Error>> {
             reported_queue: args.reported_queue,
             host_noise,
             jitter: args.service_jitter,
+            shape: args.service_shape,
             ..fleet::FleetScenario::standard(usize::from(args.instances), args.seed)
         };
         let reports = run_fleet(&scenario)?;
@@ -552,13 +565,14 @@ fn main() -> Result<(), Box<dyn Error>> {
     }
     let scenario = Scenario {
         jitter: args.service_jitter,
+        shape: args.service_shape,
         ..Scenario::standard(args.seed, args.slots)
     };
     println!(
-        "downstream: {} slots, {:?} service (+/-{}%), queue {}; offered {}x capacity; {}x slowdown at {:?}, recovery at {:?}, end {:?}; seed {}",
+        "downstream: {} slots, {:?} service ({}), queue {}; offered {}x capacity; {}x slowdown at {:?}, recovery at {:?}, end {:?}; seed {}",
         scenario.slots,
         scenario.service,
-        scenario.jitter * 100.0,
+        scenario.shape.describe(scenario.jitter),
         scenario.queue_capacity,
         scenario.offered_load,
         scenario.slowdown,
@@ -667,6 +681,7 @@ fn run_steps(
     reported_queue: bool,
     host_noise: Duration,
     jitter: f64,
+    shape: SpreadShape,
     as_json: bool,
 ) -> Result<(), Box<dyn Error>> {
     let mut all = Vec::new();
@@ -678,6 +693,7 @@ fn run_steps(
             reported_queue,
             host_noise,
             jitter,
+            shape,
             ..scenario
         };
         let reports = run_step(&scenario)?;

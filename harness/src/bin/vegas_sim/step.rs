@@ -15,6 +15,7 @@
 //! as a real server that never learns of the cancellation would). A completed call reports
 //! `success`. Latency runs from arrival (including the wait for a permit) to completion.
 
+use flowguard_harness::service_spread::SpreadShape;
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
 use std::error::Error;
@@ -23,8 +24,8 @@ use std::time::Duration;
 use flowguard::clock::ManualClock;
 use flowguard::vegas::{LimitAlgorithm, Limiter, OwnedPermit};
 use flowguard_harness::exponential::unit_exponential;
+use rand::SeedableRng;
 use rand::rngs::SmallRng;
-use rand::{Rng, SeedableRng};
 
 use crate::host_noise::{self, HostNoise};
 
@@ -40,6 +41,8 @@ pub struct StepScenario {
     pub end: Duration,
     /// Service time varies uniformly by this share around its mean.
     pub jitter: f64,
+    /// The shape of the service time's spread (`jitter` is its width).
+    pub shape: SpreadShape,
     pub offered_load: f64,
     pub max_wait: Duration,
     pub deadline: Duration,
@@ -64,6 +67,7 @@ impl StepScenario {
             step_at: Duration::from_secs(10),
             end: Duration::from_secs(20),
             jitter: 0.1,
+            shape: SpreadShape::Uniform,
             offered_load: 3.0,
             max_wait: Duration::from_millis(50),
             deadline: Duration::from_secs(1),
@@ -258,7 +262,7 @@ pub fn simulate_step(
                 break;
             };
             calls[id].queued = now - calls[id].sent;
-            let spread = 1.0 + scenario.jitter * (2.0 * rng.random::<f64>() - 1.0);
+            let spread = scenario.shape.factor(scenario.jitter, rng);
             let service = (scenario.mean_service_nanos(now) * spread) as u64 + noise.delay(now);
             *busy += 1;
             events.push(Reverse((now + service.max(1), Event::Completion(id))));
@@ -376,14 +380,14 @@ pub fn simulate_step(
 /// limit per 100 ms from 0.5 s before the step to 1.5 s after it.
 pub fn print(scenario: &StepScenario, reports: &[StepReport]) {
     println!(
-        "\n{}: {} workers at {:?} -> {} workers at {:?} at {:?} (+/-{}%); offered {}x, wait <= {:?}, deadline {:?}, seed {}{}{}",
+        "\n{}: {} workers at {:?} -> {} workers at {:?} at {:?} ({}); offered {}x, wait <= {:?}, deadline {:?}, seed {}{}{}",
         scenario.name,
         scenario.workers,
         scenario.service,
         scenario.workers_after,
         scenario.service_after,
         scenario.step_at,
-        scenario.jitter * 100.0,
+        scenario.shape.describe(scenario.jitter),
         scenario.offered_load,
         scenario.max_wait,
         scenario.deadline,
@@ -475,6 +479,7 @@ pub fn json(scenario: &StepScenario, reports: &[StepReport]) -> serde_json::Valu
         "reported_queue": scenario.reported_queue,
         "host_noise_ms": scenario.host_noise.as_secs_f64() * 1e3,
         "service_jitter": scenario.jitter,
+        "service_shape": scenario.shape.name(),
         "limiters": limiters,
     })
 }
