@@ -33,6 +33,8 @@ use flowguard::vegas::QueueTiming;
 use flowguard::vegas::worker_queue::{Bounded, WorkerQueueLayer};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
+
+use crate::service_spread::SpreadShape;
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, oneshot};
 
@@ -63,6 +65,9 @@ pub struct BackendConfig {
     /// as a fraction in `[0, 1)`, drawn uniformly (0: every request takes exactly the service
     /// time).
     pub service_jitter: f64,
+    /// The shape of that spread: uniform within it, or lognormal with a standard deviation of
+    /// about `service_jitter` times the service time.
+    pub service_shape: SpreadShape,
 }
 
 /// Which queue `GET /work` requests wait in for a worker.
@@ -107,6 +112,7 @@ impl Default for BackendConfig {
             queue: BackendQueue::Own,
             max_waiting: None,
             service_jitter: 0.0,
+            service_shape: SpreadShape::Uniform,
         }
     }
 }
@@ -147,6 +153,10 @@ pub struct BackendFlags {
     /// service time, F in [0, 1)
     #[arg(long = "service-jitter", value_name = "F", default_value_t = 0.0, value_parser = cli::spread)]
     pub service_jitter: f64,
+    /// The shape of that spread: uniform, or lognormal (a standard deviation of about F times
+    /// the service time, with a long tail to the right)
+    #[arg(long = "service-shape", value_enum, default_value_t = SpreadShape::Uniform)]
+    pub service_shape: SpreadShape,
 }
 
 impl BackendFlags {
@@ -161,6 +171,7 @@ impl BackendFlags {
             queue: self.queue,
             max_waiting: self.max_waiting,
             service_jitter: self.service_jitter,
+            service_shape: self.service_shape,
         }
     }
 }
@@ -222,6 +233,9 @@ impl BackendConfig {
         if self.service_jitter > 0.0 {
             flags.extend(["--service-jitter".into(), self.service_jitter.to_string()]);
         }
+        if self.service_shape != SpreadShape::Uniform {
+            flags.extend(["--service-shape".into(), self.service_shape.name().into()]);
+        }
         flags
     }
 
@@ -259,10 +273,10 @@ impl BackendConfig {
             Some(max_waiting) => format!(", at most {max_waiting} waiting"),
             None => String::new(),
         };
-        let jitter = if self.service_jitter > 0.0 {
-            format!(" +/-{:.0} %", self.service_jitter * 100.0)
-        } else {
-            String::new()
+        let jitter = match (self.service_jitter > 0.0, self.service_shape) {
+            (false, _) => String::new(),
+            (true, SpreadShape::Uniform) => format!(" +/-{:.0} %", self.service_jitter * 100.0),
+            (true, SpreadShape::Lognormal) => format!(" lognormal sigma {}", self.service_jitter),
         };
         format!(
             "{} workers at {:.1} ms{jitter} ({:.0}/s){step}; {}{bound}",
@@ -296,10 +310,10 @@ impl BackendConfig {
         }
     }
 
-    /// Service time of a request whose service starts at `since_start`, with `draw` in `[0, 1)`
-    /// placing it within the jitter (`0.5`: the service time in effect itself).
-    pub fn service_drawn(&self, since_start: Duration, draw: f64) -> Duration {
-        let factor = 1.0 + self.service_jitter * (2.0 * draw - 1.0);
+    /// Service time of a request whose service starts at `since_start`, its spread drawn from
+    /// `rng`.
+    pub fn service_drawn(&self, since_start: Duration, rng: &mut impl Rng) -> Duration {
+        let factor = self.service_shape.factor(self.service_jitter, rng);
         self.service_at(since_start).mul_f64(factor)
     }
 
@@ -319,6 +333,7 @@ impl BackendConfig {
             "queue": self.queue.name(),
             "max_waiting": self.max_waiting,
             "service_jitter": self.service_jitter,
+            "service_shape": self.service_shape.name(),
         })
     }
 
@@ -366,10 +381,23 @@ impl BackendConfig {
             None | Some(serde_json::Value::Null) => 0.0,
             Some(_) => number("service_jitter")?,
         };
+        let service_shape = match json
+            .get("service_shape")
+            .and_then(serde_json::Value::as_str)
+        {
+            None | Some("uniform") => SpreadShape::Uniform,
+            Some("lognormal") => SpreadShape::Lognormal,
+            Some(other) => {
+                return Err(format!(
+                    "backend configuration: `service_shape` is `{other}`, not `uniform` or `lognormal`"
+                ));
+            }
+        };
         Ok(Self {
             queue,
             max_waiting,
             service_jitter,
+            service_shape,
             workers: count("workers")?,
             service: Duration::from_secs_f64(number("service_ms")? / 1e3),
             step_at,
@@ -534,12 +562,11 @@ impl Shared {
         if self.config.service_jitter == 0.0 {
             return self.config.service_at(since_start);
         }
-        let draw = self
+        let mut draws = self
             .draws
             .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .random::<f64>();
-        self.config.service_drawn(since_start, draw)
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        self.config.service_drawn(since_start, &mut *draws)
     }
 }
 
@@ -864,12 +891,27 @@ mod tests {
                 .starts_with("4 workers at 40.0 ms +/-30 % (100/s)")
         );
         let at = Duration::ZERO;
-        assert_eq!(config.service_drawn(at, 0.0), Duration::from_millis(28));
-        assert_eq!(config.service_drawn(at, 0.5), Duration::from_millis(40));
-        assert!(config.service_drawn(at, 0.999_999) < Duration::from_millis(52));
+        let mut rng = SmallRng::seed_from_u64(5);
+        let drawn: Vec<Duration> = (0..1000)
+            .map(|_| config.service_drawn(at, &mut rng))
+            .collect();
+        assert!(drawn.iter().all(|d| *d >= Duration::from_millis(28)));
+        assert!(drawn.iter().all(|d| *d < Duration::from_millis(52)));
+        assert!(drawn.iter().any(|d| *d < Duration::from_millis(30)));
+        assert!(drawn.iter().any(|d| *d > Duration::from_millis(50)));
+        // Lognormal: named in the flags, the JSON and the description.
+        let lognormal =
+            parse(&["--service-jitter", "0.1", "--service-shape", "lognormal"]).unwrap();
+        assert_eq!(lognormal.service_shape, SpreadShape::Lognormal);
+        assert_round_trips(&lognormal);
+        assert!(
+            lognormal
+                .describe()
+                .starts_with("4 workers at 10.0 ms lognormal sigma 0.1 (")
+        );
         // Without it, every request takes the service time, and the flag is not written.
         let exact = parse(&["--service-ms", "40"]).unwrap();
-        assert_eq!(exact.service_drawn(at, 0.0), Duration::from_millis(40));
+        assert_eq!(exact.service_drawn(at, &mut rng), Duration::from_millis(40));
         assert!(!exact.to_flags().contains(&"--service-jitter".to_owned()));
         assert!(
             parse(&["--service-jitter", "1"])
