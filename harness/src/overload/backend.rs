@@ -273,10 +273,10 @@ impl BackendConfig {
             Some(max_waiting) => format!(", at most {max_waiting} waiting"),
             None => String::new(),
         };
-        let jitter = match (self.service_jitter > 0.0, self.service_shape) {
-            (false, _) => String::new(),
-            (true, SpreadShape::Uniform) => format!(" +/-{:.0} %", self.service_jitter * 100.0),
-            (true, SpreadShape::Lognormal) => format!(" lognormal sigma {}", self.service_jitter),
+        let jitter = if self.service_jitter > 0.0 {
+            format!(" {}", self.service_shape.describe(self.service_jitter))
+        } else {
+            String::new()
         };
         format!(
             "{} workers at {:.1} ms{jitter} ({:.0}/s){step}; {}{bound}",
@@ -385,13 +385,12 @@ impl BackendConfig {
             .get("service_shape")
             .and_then(serde_json::Value::as_str)
         {
-            None | Some("uniform") => SpreadShape::Uniform,
-            Some("lognormal") => SpreadShape::Lognormal,
-            Some(other) => {
-                return Err(format!(
-                    "backend configuration: `service_shape` is `{other}`, not `uniform` or `lognormal`"
-                ));
-            }
+            None => SpreadShape::Uniform,
+            Some(name) => <SpreadShape as clap::ValueEnum>::from_str(name, false).map_err(|_| {
+                format!(
+                    "backend configuration: `service_shape` is `{name}`, not `uniform` or `lognormal`"
+                )
+            })?,
         };
         Ok(Self {
             queue,
@@ -888,7 +887,7 @@ mod tests {
         assert!(
             config
                 .describe()
-                .starts_with("4 workers at 40.0 ms +/-30 % (100/s)")
+                .starts_with("4 workers at 40.0 ms +/-30% (100/s)")
         );
         let at = Duration::ZERO;
         let mut rng = SmallRng::seed_from_u64(5);
