@@ -608,15 +608,24 @@ fn mean_limit_on_a_busy_host(
         service_micros: 10_000,
     };
     let mut rng = Rng(7);
-    let mut sum = 0.0;
-    for round in 0..rounds {
+    mean_of_the_last_quarter(rounds, || {
         let host = (scatter * rng.next() * dependency.service_micros as f64) as u64;
-        let limit = dependency.round(vegas, host);
-        if round >= rounds * 3 / 4 {
+        dependency.round(vegas, host)
+    })
+}
+
+/// The mean of what `round` answers (the limit after a round) over the last quarter of `rounds`
+/// calls, when the limit has settled.
+fn mean_of_the_last_quarter(rounds: usize, mut round: impl FnMut() -> usize) -> f64 {
+    let settled = rounds * 3 / 4;
+    let mut sum = 0.0;
+    for i in 0..rounds {
+        let limit = round();
+        if i >= settled {
             sum += limit as f64;
         }
     }
-    sum / (rounds - rounds * 3 / 4) as f64
+    sum / (rounds - settled) as f64
 }
 
 /// A busy host's RTT scattering by up to 16 % of a 10 ms service with nothing queued (on real
@@ -652,8 +661,7 @@ fn mean_limit_with_a_spread_service(
 ) -> f64 {
     const SERVICE_NANOS: f64 = 10_000_000.0;
     let mut rng = Rng(11);
-    let mut sum = 0.0;
-    for round in 0..rounds {
+    mean_of_the_last_quarter(rounds, || {
         let limit = vegas.limit();
         let per_worker = (limit as f64 / workers as f64).max(1.0);
         for _ in 0..limit {
@@ -665,11 +673,8 @@ fn mean_limit_with_a_spread_service(
                 vegas.update_nanos(rtt, limit, Outcome::Success);
             }
         }
-        if round >= rounds * 3 / 4 {
-            sum += vegas.limit() as f64;
-        }
-    }
-    sum / (rounds - rounds * 3 / 4) as f64
+        vegas.limit()
+    })
 }
 
 /// Without reports the band reads the low percentile of a window of 16 calls against the
