@@ -7,6 +7,7 @@ pub mod fleet_report;
 pub mod naive;
 pub mod overload;
 pub mod service_spread;
+pub mod vegas_settings;
 
 /// A load client's tokio runtime: with 0 or 1 `threads`, the current-thread scheduler (the
 /// tasks and their connections on one thread, so that one connection's requests leave in one

@@ -45,6 +45,7 @@ use flowguard_harness::overload::gate::LimiterKind;
 use flowguard_harness::overload::instance::{self, InstanceArgs};
 use flowguard_harness::overload::machine::{self, Machine};
 use flowguard_harness::overload::report::{self, Report, Targets};
+use flowguard_harness::vegas_settings::VegasSettings;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 
@@ -58,7 +59,8 @@ use tokio::process::{Child, Command};
         "overload [--backend URL] [--limiter all|none,fixedN,flowguard,flowguard-queue,tower-acc] [--seconds S] \
          [--overload X | --rate R] [--deadline-ms MS] [--wait-ms MS] [--seed N] [--json] [--fleet N [--in-process]] \
          [--workers N] [--service-ms S] [--step-at SEC|none] [--step-to MS] [--workers-to M] \
-         [--queue own|layer [--max-waiting N]]\n       \
+         [--queue own|layer [--max-waiting N]] [--vegas-window-rounds R] [--vegas-max-queue-share S] \
+         [--vegas-alpha A] [--vegas-beta B]\n       \
          overload backend {BACKEND_USAGE}"
     ),
     args_conflicts_with_subcommands = true,
@@ -113,6 +115,8 @@ struct Cli {
     in_process: bool,
     #[command(flatten)]
     backend: BackendFlags,
+    #[command(flatten)]
+    vegas: VegasSettings,
 }
 
 #[derive(Subcommand, Debug)]
@@ -174,6 +178,7 @@ impl Cli {
                 deadline: Duration::from_secs_f64(self.deadline_ms / 1e3),
                 wait: Duration::from_secs_f64(self.wait_ms / 1e3),
                 seed: self.seed,
+                vegas: self.vegas,
             },
             json: self.json,
             in_process: self.in_process,
@@ -276,6 +281,7 @@ async fn run_fleet(args: &Args, fleet: FleetConfig) -> Result<(), String> {
                 "leave_at_s": fleet.leave_at.as_secs_f64(),
                 "seconds": args.client.seconds,
                 "overload": args.client.overload,
+                "vegas": args.client.vegas.describe(),
             },
             // The backend this run started (none when it was given one with --backend).
             "backend": args.backend_url.is_none().then(|| args.backend.to_json()),
@@ -284,6 +290,9 @@ async fn run_fleet(args: &Args, fleet: FleetConfig) -> Result<(), String> {
         println!("{json}");
     } else {
         machine.print();
+        if args.client.vegas != VegasSettings::default() {
+            println!("flowguard's Vegas: {}", args.client.vegas.describe());
+        }
         if args.backend_url.is_none() {
             println!("backend: {}", args.backend.describe());
         }
@@ -293,6 +302,11 @@ async fn run_fleet(args: &Args, fleet: FleetConfig) -> Result<(), String> {
 }
 
 async fn run(args: Args) -> Result<(), String> {
+    // Refused before any process starts.
+    args.client
+        .vegas
+        .build()
+        .map_err(|e| format!("flowguard's Vegas: {e}"))?;
     if args.backend_url.is_none() {
         // Refused here, before a backend process is started only to refuse it.
         args.backend.check()?;
@@ -339,6 +353,7 @@ async fn run(args: Args) -> Result<(), String> {
                 "deadline_ms": args.client.deadline.as_secs_f64() * 1e3,
                 "wait_ms": args.client.wait.as_secs_f64() * 1e3,
                 "seed": args.client.seed,
+                "vegas": args.client.vegas.describe(),
             },
             "limiters": reports.iter().map(Report::to_json).collect::<Vec<_>>(),
             "targets": Targets::of(&reports).map(|t| t.to_json()),
@@ -346,6 +361,9 @@ async fn run(args: Args) -> Result<(), String> {
         println!("{json}");
     } else {
         machine.print();
+        if args.client.vegas != VegasSettings::default() {
+            println!("flowguard's Vegas: {}", args.client.vegas.describe());
+        }
         report::print(&reports);
     }
     Ok(())
@@ -482,6 +500,10 @@ mod tests {
             seed: 1003,
             wait_ms: 50.0,
             deadline_ms: 1000.0,
+            vegas: VegasSettings {
+                window_rounds: Some(3.0),
+                ..VegasSettings::default()
+            },
         };
         let flags = args.to_flags();
         let argv: Vec<&str> = std::iter::once(instance::SUBCOMMAND)

@@ -13,6 +13,7 @@ use tokio::time::Instant;
 use super::backend::{BackendConfig, BackendStats};
 use super::gate::{Gate, HttpCall, LimiterKind, Outcome};
 use crate::exponential::unit_exponential;
+use crate::vegas_settings::VegasSettings;
 
 /// How the client offers load.
 #[derive(Debug, Clone)]
@@ -29,6 +30,9 @@ pub struct ClientConfig {
     pub wait: Duration,
     /// Seed of the arrival times.
     pub seed: u64,
+    /// flowguard's Vegas, in the `flowguard` and `flowguard-queue` arms: the settings that
+    /// differ from its defaults.
+    pub vegas: VegasSettings,
 }
 
 impl Default for ClientConfig {
@@ -41,6 +45,7 @@ impl Default for ClientConfig {
             deadline: Duration::from_secs(1),
             wait: Duration::from_millis(50),
             seed: 1,
+            vegas: VegasSettings::default(),
         }
     }
 }
@@ -153,7 +158,7 @@ pub async fn run(
     let client = http_client()?;
     let work = join(base, "work")?;
     let call = HttpCall::new(client.clone(), work);
-    let gate = Arc::new(Gate::new(kind, call, config.wait).await?);
+    let gate = Arc::new(Gate::new(kind, call, config.wait, &config.vegas).await?);
     let backend = start_backend_run(&client, base).await?;
     let rate = config.rate.unwrap_or(config.overload * backend.capacity());
     if !(rate.is_finite() && rate > 0.0) {

@@ -203,6 +203,7 @@ async fn run_processes(
             seed: instance_seed(config.seed, index),
             wait_ms: config.wait.as_secs_f64() * 1e3,
             deadline_ms: config.deadline.as_secs_f64() * 1e3,
+            vegas: config.vegas.clone(),
         };
         let mut child = Command::new(exe)
             .arg(instance::SUBCOMMAND)
@@ -336,7 +337,9 @@ async fn run_in_process(
     let mut gates = Vec::with_capacity(fleet.instances);
     for _ in 0..fleet.instances {
         let call = HttpCall::new(http_client()?, work.clone());
-        gates.push(Arc::new(Gate::new(kind, call, config.wait).await?));
+        gates.push(Arc::new(
+            Gate::new(kind, call, config.wait, &config.vegas).await?,
+        ));
     }
     let (backend, rate) = start_backend_run(base, &fleet, config).await?;
     let start = Instant::now();

@@ -19,6 +19,8 @@ use flowguard::vegas::{HttpClassifier, Limiter, Shed};
 use tokio::time::Instant;
 use tower::{Layer, Service, ServiceExt};
 
+use crate::vegas_settings::VegasSettings;
+
 /// Which limiter stands in front of the backend.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LimiterKind {
@@ -237,8 +239,14 @@ impl Drop for InFlight<'_> {
 }
 
 impl Gate {
-    /// `kind` in front of `call`, shedding a request that waits `wait` for a permit.
-    pub async fn new(kind: LimiterKind, call: HttpCall, wait: Duration) -> Result<Self, String> {
+    /// `kind` in front of `call`, shedding a request that waits `wait` for a permit; the
+    /// flowguard arms run Vegas with `vegas`.
+    pub async fn new(
+        kind: LimiterKind,
+        call: HttpCall,
+        wait: Duration,
+        vegas: &VegasSettings,
+    ) -> Result<Self, String> {
         let admission = match kind {
             LimiterKind::None => Admission::None(call),
             LimiterKind::Fixed(n) => {
@@ -249,7 +257,13 @@ impl Gate {
                 if kind == LimiterKind::Flowguard {
                     classifier = classifier.without_queue_timing();
                 }
+                // The guard's default limiter, with these settings.
+                let vegas = vegas
+                    .build()
+                    .map_err(|e| format!("flowguard's Vegas: {e}"))?;
+                let limiter = Limiter::builder(vegas).build().map_err(|e| e.to_string())?;
                 let guard = Guard::builder()
+                    .concurrency(limiter)
                     .acquire_timeout(wait)
                     .outbound_classifier(classifier)
                     .build()

@@ -31,6 +31,7 @@ use super::client::{self, ClientConfig, Offered, Record, http_client};
 use super::fleet;
 use super::gate::{Gate, HttpCall, LimiterKind, Outcome};
 use crate::cli;
+use crate::vegas_settings::VegasSettings;
 
 /// The name of the subcommand that runs one instance.
 pub const SUBCOMMAND: &str = "fleet-instance";
@@ -73,6 +74,8 @@ pub struct InstanceArgs {
     /// Time from arrival to the answer after which a request is given up, in milliseconds
     #[arg(long = "deadline-ms", value_name = "MS", value_parser = cli::above_zero)]
     pub deadline_ms: f64,
+    #[command(flatten)]
+    pub vegas: VegasSettings,
 }
 
 /// A number of seconds >= 0.
@@ -101,6 +104,7 @@ impl InstanceArgs {
         ]
         .into_iter()
         .flat_map(|(flag, value)| [flag.to_string(), value])
+        .chain(self.vegas.to_flags())
         .collect()
     }
 }
@@ -135,10 +139,11 @@ pub async fn run(args: InstanceArgs) -> Result<Value, String> {
         deadline: Duration::from_secs_f64(args.deadline_ms / 1e3),
         wait: Duration::from_secs_f64(args.wait_ms / 1e3),
         seed: args.seed,
+        vegas: args.vegas.clone(),
         ..ClientConfig::default()
     };
     let call = HttpCall::new(http_client()?, work);
-    let gate = Arc::new(Gate::new(args.limiter, call, config.wait).await?);
+    let gate = Arc::new(Gate::new(args.limiter, call, config.wait, &config.vegas).await?);
     let start_unix_ms = take_start(index).await?;
     super::backend::exit_when_stdin_closes();
     let start = instant_of_unix_ms(start_unix_ms);

@@ -13,6 +13,7 @@ mod host_noise;
 mod step;
 
 use flowguard_harness::service_spread::SpreadShape;
+use flowguard_harness::vegas_settings::VegasSettings;
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
 use std::error::Error;
@@ -21,9 +22,7 @@ use std::time::Duration;
 
 use clap::Parser;
 use flowguard::clock::ManualClock;
-use flowguard::vegas::{
-    Aimd, Fixed, Gradient, LimitAlgorithm, LimitBounds, Limiter, OwnedPermit, Vegas,
-};
+use flowguard::vegas::{Aimd, Fixed, Gradient, LimitAlgorithm, LimitBounds, Limiter, OwnedPermit};
 use flowguard_harness::cli::{above_zero, positive, spread};
 use flowguard_harness::exponential::unit_exponential;
 use rand::SeedableRng;
@@ -304,10 +303,13 @@ fn limit_settle(windows: &[Window], from: u64, until: u64) -> Option<f64> {
     Some((((first + run_start) as u64 * window_nanos).saturating_sub(from)) as f64 / 1e9)
 }
 
-fn algorithms(scenario: &Scenario) -> Result<Vec<Box<dyn LimitAlgorithm>>, Box<dyn Error>> {
+fn algorithms(
+    scenario: &Scenario,
+    vegas: &VegasSettings,
+) -> Result<Vec<Box<dyn LimitAlgorithm>>, Box<dyn Error>> {
     let bounds = LimitBounds::new(1, 1000, 20)?;
     Ok(vec![
-        Box::new(Vegas::builder().bounds(bounds).build()?),
+        Box::new(vegas.builder().bounds(bounds).build()?),
         Box::new(Aimd::builder().bounds(bounds).build()?),
         Box::new(Gradient::builder().bounds(bounds).build()?),
         // A static guess at twice the slots.
@@ -471,6 +473,9 @@ fn json(reports: &[Report]) -> String {
 /// lognormal distribution whose standard deviation is about F times the mean. Vegas reads its
 /// queue from the low end of the RTTs, so a wider spread is a harder dependency for it (see
 /// docs/PERFORMANCE.md).
+///
+/// The `--vegas-*` flags set flowguard's Vegas (the `vegas` arm of every scenario) other than
+/// its defaults, e.g. `--vegas-window-rounds 3`.
 #[derive(Parser)]
 #[command(verbatim_doc_comment, args_override_self = true)]
 #[command(group(clap::ArgGroup::new("scenario").args(["step", "fleet"])))]
@@ -526,10 +531,17 @@ struct Args {
     /// the mean, a long tail to the right).
     #[arg(long, value_enum, default_value_t = SpreadShape::Uniform)]
     service_shape: SpreadShape,
+    #[command(flatten)]
+    vegas: VegasSettings,
 }
 
 fn main() -> Result<(), Box<dyn Error>> {
     let args = Args::parse();
+    // A setting Vegas refuses stops the run before it starts, with the builder's message.
+    args.vegas.build()?;
+    if args.vegas != VegasSettings::default() {
+        println!("vegas: {}", args.vegas.describe());
+    }
     let host_noise = Duration::from_secs_f64(args.host_noise_ms.unwrap_or(0.0) / 1e3);
     if args.step {
         return run_steps(
@@ -538,6 +550,7 @@ fn main() -> Result<(), Box<dyn Error>> {
             host_noise,
             args.service_jitter,
             args.service_shape,
+            &args.vegas,
             args.json,
         );
     }
@@ -553,7 +566,7 @@ fn main() -> Result<(), Box<dyn Error>> {
             shape: args.service_shape,
             ..fleet::FleetScenario::standard(usize::from(args.instances), args.seed)
         };
-        let reports = run_fleet(&scenario)?;
+        let reports = run_fleet(&scenario, &args.vegas)?;
         fleet::print(&scenario, &reports);
         if let Some(vegas) = reports.iter().find(|r| r.name == "vegas") {
             fleet::print_instance_limits(vegas);
@@ -582,7 +595,7 @@ fn main() -> Result<(), Box<dyn Error>> {
         scenario.seed
     );
     let mut reports = Vec::new();
-    for algorithm in algorithms(&scenario)? {
+    for algorithm in algorithms(&scenario, &args.vegas)? {
         reports.push(simulate(&scenario, algorithm)?);
     }
     println!(
@@ -626,11 +639,11 @@ fn main() -> Result<(), Box<dyn Error>> {
 /// A limit algorithm and the name its report goes by.
 type NamedAlgorithm = (String, Box<dyn LimitAlgorithm>);
 
-/// The limiters compared in the step scenarios: every algorithm with its defaults, and fixed
-/// limits of 4 and 16.
-fn step_limiters() -> Result<Vec<NamedAlgorithm>, Box<dyn Error>> {
+/// The limiters compared in the step scenarios: every algorithm with its defaults (Vegas with
+/// `vegas`), and fixed limits of 4 and 16.
+fn step_limiters(vegas: &VegasSettings) -> Result<Vec<NamedAlgorithm>, Box<dyn Error>> {
     Ok(vec![
-        ("vegas".into(), Box::new(Vegas::new())),
+        ("vegas".into(), Box::new(vegas.build()?)),
         ("aimd".into(), Box::new(Aimd::new())),
         ("gradient".into(), Box::new(Gradient::new())),
         ("fixed 4".into(), Box::new(Fixed::new(4)?)),
@@ -638,8 +651,11 @@ fn step_limiters() -> Result<Vec<NamedAlgorithm>, Box<dyn Error>> {
     ])
 }
 
-fn run_step(scenario: &step::StepScenario) -> Result<Vec<step::StepReport>, Box<dyn Error>> {
-    step_limiters()?
+fn run_step(
+    scenario: &step::StepScenario,
+    vegas: &VegasSettings,
+) -> Result<Vec<step::StepReport>, Box<dyn Error>> {
+    step_limiters(vegas)?
         .into_iter()
         .map(|(name, algorithm)| step::simulate_step(scenario, algorithm, name))
         .collect()
@@ -648,11 +664,15 @@ fn run_step(scenario: &step::StepScenario) -> Result<Vec<step::StepReport>, Box<
 /// Builds one algorithm per fleet instance.
 type Factory = Box<dyn Fn() -> Result<Box<dyn LimitAlgorithm>, Box<dyn Error>>>;
 
-/// The limiters compared in the fleet scenario: every algorithm with its defaults, and fixed
-/// limits of 1 (the limits add up to the worker count) and 4 per instance.
-fn fleet_limiters() -> Vec<(String, Factory)> {
+/// The limiters compared in the fleet scenario: every algorithm with its defaults (Vegas with
+/// `vegas`), and fixed limits of 1 (the limits add up to the worker count) and 4 per instance.
+fn fleet_limiters(vegas: &VegasSettings) -> Vec<(String, Factory)> {
+    let vegas = vegas.clone();
     vec![
-        ("vegas".into(), Box::new(|| Ok(Box::new(Vegas::new()) as _))),
+        (
+            "vegas".into(),
+            Box::new(move || Ok(Box::new(vegas.build()?) as _)),
+        ),
         ("aimd".into(), Box::new(|| Ok(Box::new(Aimd::new()) as _))),
         (
             "gradient".into(),
@@ -669,8 +689,11 @@ fn fleet_limiters() -> Vec<(String, Factory)> {
     ]
 }
 
-fn run_fleet(scenario: &fleet::FleetScenario) -> Result<Vec<fleet::FleetReport>, Box<dyn Error>> {
-    fleet_limiters()
+fn run_fleet(
+    scenario: &fleet::FleetScenario,
+    vegas: &VegasSettings,
+) -> Result<Vec<fleet::FleetReport>, Box<dyn Error>> {
+    fleet_limiters(vegas)
         .into_iter()
         .map(|(name, factory)| fleet::simulate_fleet(scenario, name, &*factory))
         .collect()
@@ -682,6 +705,7 @@ fn run_steps(
     host_noise: Duration,
     jitter: f64,
     shape: SpreadShape,
+    vegas: &VegasSettings,
     as_json: bool,
 ) -> Result<(), Box<dyn Error>> {
     let mut all = Vec::new();
@@ -696,7 +720,7 @@ fn run_steps(
             shape,
             ..scenario
         };
-        let reports = run_step(&scenario)?;
+        let reports = run_step(&scenario, vegas)?;
         step::print(&scenario, &reports);
         all.push(step::json(&scenario, &reports));
     }
@@ -709,6 +733,7 @@ fn run_steps(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use flowguard::vegas::Vegas;
 
     /// The targets, on a shortened run (`cargo test -p flowguard-harness --bin vegas_sim`).
     #[test]
@@ -719,7 +744,7 @@ mod tests {
             end: Duration::from_secs(24),
             ..Scenario::standard(11, 50)
         };
-        let reports: Vec<Report> = algorithms(&scenario)
+        let reports: Vec<Report> = algorithms(&scenario, &VegasSettings::default())
             .unwrap()
             .into_iter()
             .map(|algorithm| simulate(&scenario, algorithm).unwrap())
@@ -774,7 +799,7 @@ mod tests {
         max_limit_sum: f64,
     ) -> Vec<fleet::FleetReport> {
         let (instances, seed) = (scenario.instances, scenario.seed);
-        let reports = run_fleet(&scenario).unwrap();
+        let reports = run_fleet(&scenario, &VegasSettings::default()).unwrap();
         let by_name = |name: &str| reports.iter().find(|r| r.name == name).unwrap();
         let vegas = by_name("vegas");
         let context = format!("{instances} instances, seed {seed}");
@@ -1008,7 +1033,7 @@ mod tests {
                     reported_queue,
                     ..scenario
                 };
-                let reports = run_step(&scenario).unwrap();
+                let reports = run_step(&scenario, &VegasSettings::default()).unwrap();
                 let by_name = |name: &str| reports.iter().find(|r| r.name == name).unwrap();
                 let vegas = by_name("vegas");
                 let fixed = [by_name("fixed 4"), by_name("fixed 16")];
