@@ -20,7 +20,7 @@ use std::error::Error;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use clap::Parser;
+use clap::{CommandFactory, Parser};
 use flowguard::clock::ManualClock;
 use flowguard::vegas::{Aimd, Fixed, Gradient, LimitAlgorithm, LimitBounds, Limiter, OwnedPermit};
 use flowguard_harness::cli::{above_zero, positive, spread};
@@ -537,8 +537,16 @@ struct Args {
 
 fn main() -> Result<(), Box<dyn Error>> {
     let args = Args::parse();
-    // A setting Vegas refuses stops the run before it starts, with the builder's message.
-    args.vegas.build()?;
+    // A setting Vegas refuses stops the run before it starts, as a usage error with the
+    // builder's message.
+    if let Err(refused) = args.vegas.build() {
+        Args::command()
+            .error(
+                clap::error::ErrorKind::ValueValidation,
+                format!("flowguard's Vegas: {refused}"),
+            )
+            .exit();
+    }
     if args.vegas != VegasSettings::default() {
         println!("vegas: {}", args.vegas.describe());
     }
