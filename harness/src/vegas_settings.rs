@@ -20,6 +20,10 @@ pub struct VegasSettings {
     /// flowguard's Vegas: `beta`, the calls queued over which it cuts (default 6)
     #[arg(long = "vegas-beta", value_name = "CALLS")]
     pub beta: Option<f64>,
+    /// flowguard's Vegas: `band_growth`, the growth inside the band as a share of the growth
+    /// below it (default 0.5; 0 holds inside the band)
+    #[arg(long = "vegas-band-growth", value_name = "SHARE")]
+    pub band_growth: Option<f64>,
 }
 
 impl VegasSettings {
@@ -34,6 +38,7 @@ impl VegasSettings {
             ),
             ("--vegas-alpha", "alpha", self.alpha),
             ("--vegas-beta", "beta", self.beta),
+            ("--vegas-band-growth", "band_growth", self.band_growth),
         ]
         .into_iter()
         .filter_map(|(flag, name, value)| value.map(|value| (flag, name, value)))
@@ -53,6 +58,9 @@ impl VegasSettings {
         }
         if let Some(beta) = self.beta {
             builder = builder.beta(beta);
+        }
+        if let Some(share) = self.band_growth {
+            builder = builder.band_growth(share);
         }
         builder
     }
@@ -125,10 +133,12 @@ mod tests {
             "10",
             "--vegas-beta",
             "20",
+            "--vegas-band-growth",
+            "0",
         ]);
         assert_eq!(
             settings.describe(),
-            "window_rounds 3, max_queue_share 0.3, alpha 10, beta 20"
+            "window_rounds 3, max_queue_share 0.3, alpha 10, beta 20, band_growth 0"
         );
         let flags = settings.to_flags();
         let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
@@ -139,6 +149,8 @@ mod tests {
             .build()
             .unwrap_err();
         assert!(bad.to_string().contains("window_rounds"), "{bad}");
+        let bad = parse(&["--vegas-band-growth", "1.5"]).build().unwrap_err();
+        assert!(bad.to_string().contains("band_growth"), "{bad}");
         let bad = parse(&["--vegas-alpha", "8", "--vegas-beta", "4"]);
         assert!(matches!(
             bad.build(),

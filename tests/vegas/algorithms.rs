@@ -173,6 +173,11 @@ fn invalid_vegas_settings_are_typed_errors() {
         error.to_string().contains("window_rounds") && error.to_string().contains("[0.5, 64]"),
         "{error}"
     );
+    let error = bad(Vegas::builder().band_growth(-0.5));
+    assert!(
+        error.to_string().contains("band_growth") && error.to_string().contains("[0, 1]"),
+        "{error}"
+    );
     assert!(matches!(
         bad(Vegas::builder().smoothing(f64::NAN)),
         ConfigError::OutOfRange {

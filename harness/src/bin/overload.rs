@@ -60,7 +60,7 @@ use tokio::process::{Child, Command};
          [--overload X | --rate R] [--deadline-ms MS] [--wait-ms MS] [--seed N] [--json] [--fleet N [--in-process]] \
          [--workers N] [--service-ms S] [--step-at SEC|none] [--step-to MS] [--workers-to M] \
          [--queue own|layer [--max-waiting N]] [--vegas-window-rounds R] [--vegas-max-queue-share S] \
-         [--vegas-alpha A] [--vegas-beta B]\n       \
+         [--vegas-alpha A] [--vegas-beta B] [--vegas-band-growth G]\n       \
          overload backend {BACKEND_USAGE}"
     ),
     args_conflicts_with_subcommands = true,

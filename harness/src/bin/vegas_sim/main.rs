@@ -992,6 +992,48 @@ mod tests {
         }
     }
 
+    /// Without reports, two instances in front of 64 workers share evenly too, because the
+    /// growth goes on inside the band (`VegasBuilder::band_growth`): both keep reaching `beta`
+    /// and cutting together. Over these 8 seeds Jain's index is at least 0.93 and the late
+    /// joiner gets 80 % of its share within 2 s; with a band that holds (`band_growth(0.0)`),
+    /// seed 1 kept a split at Jain's index 0.70 and the joiner took 10.5 s (and 30 seeds gave
+    /// 12 below 0.95 before the growth went on inside the band, against 3).
+    #[test]
+    fn vegas_shares_evenly_in_front_of_many_workers_without_reports() {
+        let run = |seed, vegas: Vegas| {
+            let scenario = fleet::FleetScenario {
+                workers: 64,
+                ..fleet::FleetScenario::standard(2, seed)
+            };
+            fleet::simulate_fleet(&scenario, "vegas".to_string(), &|| {
+                Ok(Box::new(vegas.clone()))
+            })
+            .unwrap()
+        };
+        for seed in 1..=8 {
+            let vegas = run(seed, Vegas::new());
+            let context = format!("2 instances, 64 workers, seed {seed}");
+            assert!(
+                vegas.jain.is_some_and(|j| j >= 0.93),
+                "{context}: Jain {:?}",
+                vegas.jain
+            );
+            assert!(
+                vegas.late_joiner_80_s.is_some_and(|s| s <= 2.0),
+                "{context}: late joiner {:?}",
+                vegas.late_joiner_80_s
+            );
+            assert_eq!(vegas.timeouts(), 0, "{context}");
+        }
+        let holding = Vegas::builder().band_growth(0.0).build().unwrap();
+        let held = run(1, holding);
+        assert!(
+            held.jain.is_some_and(|j| j < 0.8),
+            "a band that holds kept the split of seed 1: Jain {:?}",
+            held.jain
+        );
+    }
+
     /// On a noisy host (every call of the same 20 ms delayed alike, 0.4 ms on average), a lone
     /// Vegas whose dependency reports each call's queue wait keeps its limit at the workers:
     /// below them less than 1 % of the steady time in both capacity steps. Its own baseline
