@@ -298,8 +298,10 @@ impl VegasBuilder {
     /// joiner held at 6-19 permits beside the first one's 104-118. Small limits are not affected
     /// (16 samples are more than 3 rounds below a limit of 6). Alone in front of a fast dependency
     /// of many workers on a busy host, 3 rounds also kept the limit at the workers (1.05x a
-    /// fixed limit of 64's goodput, against 0.24x). See [`Vegas`], "A service time that varies
-    /// widely".
+    /// fixed limit of 64's goodput, against 0.24x). Since the growth goes on inside the band
+    /// ([`band_growth`](Self::band_growth)), 1.5 rounds go about as far there (0.94x and 1.00x,
+    /// against the default's 0.34-0.39x) at less cost to fleets; see the Vegas guide
+    /// ([`crate::guide::vegas`]) and [`Vegas`], "A service time that varies widely".
     pub fn window_rounds(mut self, rounds: f64) -> Self {
         self.settings.window_rounds = rounds;
         self
