@@ -973,23 +973,39 @@ mod tests {
                 service: Duration::from_millis(service_ms),
                 ..fleet::FleetScenario::standard(2, seed)
             };
-            let vegas = fleet::simulate_fleet(&scenario, "vegas".to_string(), &|| {
-                Ok(Box::new(Vegas::new()))
-            })
-            .unwrap();
+            let vegas = simulate_vegas(&scenario, Vegas::new());
             let context = format!("2 instances, {workers} workers at {service_ms} ms, seed {seed}");
-            assert!(
-                vegas.jain.is_some_and(|j| j >= 0.95),
-                "{context}: Jain {:?}",
-                vegas.jain
-            );
-            assert!(
-                vegas.late_joiner_80_s.is_some_and(|s| s <= max_late_s),
-                "{context}: late joiner {:?}",
-                vegas.late_joiner_80_s
-            );
-            assert_eq!(vegas.timeouts(), 0, "{context}");
+            assert_shares_evenly(&vegas, &context, 0.95, max_late_s);
         }
+    }
+
+    /// The fleet `scenario` with one `vegas` per instance.
+    fn simulate_vegas(scenario: &fleet::FleetScenario, vegas: Vegas) -> fleet::FleetReport {
+        fleet::simulate_fleet(scenario, "vegas".to_string(), &|| {
+            Ok(Box::new(vegas.clone()))
+        })
+        .unwrap()
+    }
+
+    /// Jain's index at least `min_jain`, the late joiner at 80 % of its share within
+    /// `max_late_s`, and no timeouts.
+    fn assert_shares_evenly(
+        vegas: &fleet::FleetReport,
+        context: &str,
+        min_jain: f64,
+        max_late_s: f64,
+    ) {
+        assert!(
+            vegas.jain.is_some_and(|j| j >= min_jain),
+            "{context}: Jain {:?}",
+            vegas.jain
+        );
+        assert!(
+            vegas.late_joiner_80_s.is_some_and(|s| s <= max_late_s),
+            "{context}: late joiner {:?}",
+            vegas.late_joiner_80_s
+        );
+        assert_eq!(vegas.timeouts(), 0, "{context}");
     }
 
     /// Without reports, two instances in front of 64 workers share evenly too, because the
@@ -1005,25 +1021,12 @@ mod tests {
                 workers: 64,
                 ..fleet::FleetScenario::standard(2, seed)
             };
-            fleet::simulate_fleet(&scenario, "vegas".to_string(), &|| {
-                Ok(Box::new(vegas.clone()))
-            })
-            .unwrap()
+            simulate_vegas(&scenario, vegas)
         };
         for seed in 1..=8 {
             let vegas = run(seed, Vegas::new());
             let context = format!("2 instances, 64 workers, seed {seed}");
-            assert!(
-                vegas.jain.is_some_and(|j| j >= 0.93),
-                "{context}: Jain {:?}",
-                vegas.jain
-            );
-            assert!(
-                vegas.late_joiner_80_s.is_some_and(|s| s <= 2.0),
-                "{context}: late joiner {:?}",
-                vegas.late_joiner_80_s
-            );
-            assert_eq!(vegas.timeouts(), 0, "{context}");
+            assert_shares_evenly(&vegas, &context, 0.93, 2.0);
         }
         let holding = Vegas::builder().band_growth(0.0).build().unwrap();
         let held = run(1, holding);
