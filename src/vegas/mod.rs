@@ -53,6 +53,7 @@
 //! |---|---|---|
 //! | `flowguard_vegas_limit` | gauge | current concurrency limit |
 //! | `flowguard_vegas_in_flight` | gauge | permits held |
+//! | `flowguard_vegas_rtt_base_seconds` | gauge | the algorithm's unloaded-RTT estimate ([`LimitAlgorithm::rtt_base`]; Vegas's baseline, once learned), as of the last change of the limit; across a fleet's instances, baselines that differ by more than the band mean uneven shares |
 //! | `flowguard_vegas_rtt_seconds` | histogram | RTT of successful calls |
 //! | `flowguard_vegas_outcomes_total` | counter, label `outcome` | completed permits by outcome |
 //! | `flowguard_vegas_shed_total` | counter | callers refused a permit, whose calls are shed: `try_acquire` at the limit, `acquire` timed out (so the tower layer, the reqwest middleware and [`Guard::call`](crate::Guard::call) count every shed call here) |

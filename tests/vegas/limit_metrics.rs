@@ -5,7 +5,7 @@ use crate::support::recorder;
 use std::time::Duration;
 
 use flowguard::clock::ManualClock;
-use flowguard::vegas::{Fixed, Limiter};
+use flowguard::vegas::{Fixed, Limiter, Vegas};
 use recorder::TestRecorder;
 
 #[test]
@@ -47,6 +47,54 @@ fn limit_in_flight_rtt_and_outcomes_are_exported() {
     assert_eq!(
         value("flowguard_vegas_outcomes_total{limiter=payments,outcome=dropped}"),
         Some(1.0)
+    );
+}
+
+/// Vegas's baseline (the unloaded RTT it reads queues against) is in the snapshot and in a
+/// gauge, so that the instances of a fleet can be compared; an algorithm without one leaves both
+/// empty.
+#[test]
+fn the_baseline_is_exported_once_learned() {
+    let (recorder, store) = TestRecorder::new();
+    let clock = ManualClock::new();
+    let (vegas, fixed) = metrics::with_local_recorder(&recorder, || {
+        (
+            Limiter::builder(Vegas::new())
+                .name("inventory")
+                .clock(clock.clone())
+                .build()
+                .unwrap(),
+            Limiter::builder(Fixed::new(4).unwrap())
+                .name("ledger")
+                .clock(clock.clone())
+                .build()
+                .unwrap(),
+        )
+    });
+    let gauge = || store.get("flowguard_vegas_rtt_base_seconds{limiter=inventory}");
+    let call = |limiter: &Limiter| {
+        let permit = limiter.try_acquire().unwrap();
+        clock.advance(Duration::from_millis(8));
+        permit.success();
+    };
+
+    // Vegas starts at one permit and judges windows of 16 calls: nothing learned before.
+    for _ in 0..15 {
+        call(&vegas);
+    }
+    assert_eq!((vegas.limit(), vegas.snapshot().rtt_base), (1, None));
+    assert_eq!(gauge(), None);
+    // The 16th completes the window: the baseline is its low percentile, and the limit grows.
+    call(&vegas);
+    assert!(vegas.limit() > 1, "limit {}", vegas.limit());
+    assert_eq!(vegas.snapshot().rtt_base, Some(Duration::from_millis(8)));
+    assert_eq!(gauge(), Some(0.008));
+
+    call(&fixed);
+    assert_eq!(fixed.snapshot().rtt_base, None);
+    assert_eq!(
+        store.get("flowguard_vegas_rtt_base_seconds{limiter=ledger}"),
+        None
     );
 }
 

@@ -86,6 +86,20 @@ pub trait LimitAlgorithm: Send + 'static {
         let _ = queued_nanos;
         self.update_nanos(rtt_nanos, in_flight, Outcome::Success)
     }
+
+    /// The algorithm's estimate of the dependency's unloaded RTT, the baseline it reads queues
+    /// against, if it keeps one and has learned it ([`Vegas::rtt_base`] does; the provided
+    /// method answers `None`).
+    ///
+    /// The limiter publishes it in [`LimiterSnapshot::rtt_base`] and as the
+    /// `flowguard_vegas_rtt_base_seconds` gauge, so that the instances of a fleet can be
+    /// compared: instances whose baselines differ read different queues from the same RTT.
+    ///
+    /// [`Vegas::rtt_base`]: super::Vegas::rtt_base
+    /// [`LimiterSnapshot::rtt_base`]: crate::vegas::LimiterSnapshot::rtt_base
+    fn rtt_base(&self) -> Option<Duration> {
+        None
+    }
 }
 
 impl LimitAlgorithm for Box<dyn LimitAlgorithm> {
@@ -108,6 +122,10 @@ impl LimitAlgorithm for Box<dyn LimitAlgorithm> {
 
     fn update_queued(&mut self, rtt_nanos: u64, in_flight: usize, queued_nanos: u64) -> usize {
         (**self).update_queued(rtt_nanos, in_flight, queued_nanos)
+    }
+
+    fn rtt_base(&self) -> Option<Duration> {
+        (**self).rtt_base()
     }
 }
 

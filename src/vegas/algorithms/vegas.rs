@@ -1372,4 +1372,9 @@ impl LimitAlgorithm for Vegas {
         self.baseline.report(rtt_nanos - queued_nanos);
         self.feed(rtt_nanos, in_flight, Outcome::Success, Some(queued_nanos))
     }
+
+    /// [`Vegas::rtt_base`].
+    fn rtt_base(&self) -> Option<std::time::Duration> {
+        Vegas::rtt_base(self)
+    }
 }

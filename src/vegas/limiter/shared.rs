@@ -154,10 +154,10 @@ impl Shared {
             Some(grant) => {
                 let (_, changed) =
                     state.release(&self.occupancy, &grant, Outcome::Ignored, None, now);
-                let limit = state.limit();
+                let (limit, rtt_base) = (state.limit(), state.rtt_base());
                 drop(state);
                 if changed {
-                    self.metrics.limit_changed(limit);
+                    self.metrics.limit_changed(limit, rtt_base);
                 }
             }
             None => state.dequeue(&self.occupancy, waiter),
@@ -182,7 +182,7 @@ impl Shared {
         let now = self.clock.now_nanos();
         let mut state = self.state.lock();
         let (rtt, changed) = state.release(&self.occupancy, grant, outcome, queued, now);
-        let limit = changed.then(|| state.limit());
+        let limit = changed.then(|| (state.limit(), state.rtt_base()));
         drop(state);
         self.metrics.released(outcome, rtt, limit);
     }

@@ -56,6 +56,11 @@ impl State {
         self.limit
     }
 
+    /// The algorithm's unloaded-RTT estimate ([`LimitAlgorithm::rtt_base`]).
+    pub(super) fn rtt_base(&self) -> Option<Duration> {
+        self.algorithm.rtt_base()
+    }
+
     /// Callers queued.
     pub(super) fn waiting(&self) -> usize {
         self.queue.len()
@@ -217,6 +222,7 @@ impl State {
             samples,
             rtt_p50,
             rtt_p99,
+            rtt_base: self.algorithm.rtt_base(),
             partitions: self.partitions.summary(in_flight),
         }
     }

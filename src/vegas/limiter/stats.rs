@@ -26,6 +26,12 @@ pub struct LimiterSnapshot {
     pub rtt_p50: Option<Duration>,
     /// 99th percentile RTT of successful calls in the window (`None` without samples).
     pub rtt_p99: Option<Duration>,
+    /// The algorithm's estimate of the dependency's unloaded RTT ([`LimitAlgorithm::rtt_base`]):
+    /// the baseline a [`Vegas`](crate::vegas::Vegas) limit reads its queue against, `None`
+    /// before it is learned and for algorithms that keep none.
+    ///
+    /// [`LimitAlgorithm::rtt_base`]: crate::vegas::LimitAlgorithm::rtt_base
+    pub rtt_base: Option<Duration>,
     /// Per-partition permits held, in declaration order, with each partition's name.
     pub partitions: Vec<(String, usize)>,
 }
@@ -168,6 +174,7 @@ impl RttWindow {
 #[derive(Clone)]
 pub(crate) struct LimiterMetrics {
     limit: metrics::Gauge,
+    rtt_base: metrics::Gauge,
     in_flight: metrics::Gauge,
     rtt: metrics::Histogram,
     success: metrics::Counter,
@@ -189,6 +196,7 @@ impl LimiterMetrics {
         let outcome = |outcome: &'static str| metrics::counter!("flowguard_vegas_outcomes_total", "limiter" => name.clone(), "outcome" => outcome);
         Self {
             limit: metrics::gauge!("flowguard_vegas_limit", "limiter" => name.clone()),
+            rtt_base: metrics::gauge!("flowguard_vegas_rtt_base_seconds", "limiter" => name.clone()),
             in_flight: metrics::gauge!("flowguard_vegas_in_flight", "limiter" => name.clone()),
             rtt: metrics::histogram!("flowguard_vegas_rtt_seconds", "limiter" => name.clone()),
             success: outcome("success"),
@@ -200,13 +208,17 @@ impl LimiterMetrics {
 
     /// Publishes the starting limit and an empty in-flight count.
     pub(crate) fn start(&self, limit: usize) {
-        self.limit_changed(limit);
+        self.limit_changed(limit, None);
         self.in_flight.set(0.0);
     }
 
-    /// Publishes a new limit.
-    pub(crate) fn limit_changed(&self, limit: usize) {
+    /// Publishes a new limit, and the algorithm's unloaded-RTT estimate as of that change, once
+    /// it has one.
+    pub(crate) fn limit_changed(&self, limit: usize, rtt_base: Option<Duration>) {
         self.limit.set(limit as f64);
+        if let Some(rtt_base) = rtt_base {
+            self.rtt_base.set(rtt_base);
+        }
     }
 
     /// Counts a permit handed to a caller (in-flight moves by steps, so concurrent updates
@@ -221,12 +233,18 @@ impl LimiterMetrics {
         self.shed.increment(1);
     }
 
-    /// Counts a permit released with `outcome` after `rtt_nanos`, and the new limit if it changed.
+    /// Counts a permit released with `outcome` after `rtt_nanos`, and the new limit (with the
+    /// unloaded-RTT estimate then) if it changed.
     #[inline]
-    pub(crate) fn released(&self, outcome: Outcome, rtt_nanos: u64, new_limit: Option<usize>) {
+    pub(crate) fn released(
+        &self,
+        outcome: Outcome,
+        rtt_nanos: u64,
+        new_limit: Option<(usize, Option<Duration>)>,
+    ) {
         self.in_flight.decrement(1.0);
-        if let Some(limit) = new_limit {
-            self.limit_changed(limit);
+        if let Some((limit, rtt_base)) = new_limit {
+            self.limit_changed(limit, rtt_base);
         }
         match outcome {
             Outcome::Success => {
