@@ -753,10 +753,10 @@ fn a_widely_spread_service_time_needs_the_reports_or_a_wider_band() {
 }
 
 /// A lognormal service time whose standard deviation is 10 % of its mean holds the default's lone
-/// instance far below 64 workers (4.8 permits on average here): its thin left tail keeps lowering
+/// instance far below 64 workers (8.0 permits on average here): its thin left tail keeps lowering
 /// the least window low. Windows of 3 rounds (192 calls there rather than 32) scatter less and
-/// keep it at the workers (66.9); at 30 %, they do so beside a band as wide as the spread (72.0),
-/// which alone does not (3.9).
+/// keep it at the workers (66.3); at 30 %, they do so beside a band as wide as the spread (76.5),
+/// which alone does not (7.8).
 #[test]
 fn windows_of_more_rounds_keep_a_lone_instance_at_the_workers_of_a_spread_service() {
     let spread = Spread::Lognormal(0.1);
@@ -785,5 +785,56 @@ fn windows_of_more_rounds_keep_a_lone_instance_at_the_workers_of_a_spread_servic
     assert!(
         kept >= 60.0,
         "the wider band and windows of 3 rounds keep it at the 64 workers, got {kept:.1}"
+    );
+}
+
+/// Feeds `count` successful calls of `rtt_ms` granted at `in_flight`; answers after how many
+/// calls the limit first moved (`None`: it did not).
+fn calls_until_the_limit_moves(
+    vegas: &mut Vegas,
+    rtt_ms: u64,
+    in_flight: usize,
+    count: usize,
+) -> Option<usize> {
+    let before = vegas.limit();
+    (1..=count).find(|_| {
+        let sample = flowguard::vegas::Sample {
+            rtt: Duration::from_millis(rtt_ms),
+            in_flight,
+            outcome: Outcome::Success,
+        };
+        vegas.update(&sample) != before
+    })
+}
+
+/// Windows of more rounds are for reading the queue at a steady limit: a running slow start
+/// judges windows of at most one round, as it learns of the queue its own growth built only
+/// when a window closes.
+#[test]
+fn longer_windows_leave_slow_start_a_round_at_most() {
+    let mut vegas = Vegas::builder()
+        .bounds(LimitBounds::new(1, 1000, 64).unwrap())
+        .window_rounds(3.0)
+        .build()
+        .unwrap();
+    // Slow start at 64 permits: the window closes after one round (64 calls, not 192) and the
+    // limit grows by half of it.
+    assert_eq!(
+        calls_until_the_limit_moves(&mut vegas, 10, 64, 1000),
+        Some(64)
+    );
+    assert_eq!(vegas.limit(), 96);
+    // One round at 96 permits reads the RTT doubled: a queue, which ends slow start with a cut.
+    assert_eq!(
+        calls_until_the_limit_moves(&mut vegas, 20, 96, 1000),
+        Some(96)
+    );
+    assert!(vegas.limit() < 96, "{}", vegas.limit());
+
+    // The default's windows of half a round are below that round already.
+    let mut default = vegas_starting_at(64);
+    assert_eq!(
+        calls_until_the_limit_moves(&mut default, 10, 64, 1000),
+        Some(32)
     );
 }
