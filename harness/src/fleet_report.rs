@@ -34,6 +34,11 @@ pub struct InstanceReport {
     pub shed: u64,
     /// Calls that failed otherwise (`None` where the run has no such outcome).
     pub errors: Option<u64>,
+    /// The limit algorithm's baseline, the unloaded RTT it reads queues against
+    /// (`LimitAlgorithm::rtt_base`), ms, when the run ended; `None` where the run does not read
+    /// it or the algorithm keeps none. Instances whose baselines differ read different queues
+    /// from the same RTT.
+    pub rtt_base_ms: Option<f64>,
     /// The instance's mean limit per second of the run; while the instance is not up, 0 or
     /// `None` as the run measures it, and `None` throughout without a limiter.
     pub limit_per_s: Vec<Option<f64>>,
@@ -52,6 +57,7 @@ impl InstanceReport {
             "timeouts": self.timeouts,
             "shed": self.shed,
             "errors": self.errors,
+            "rtt_base_ms": self.rtt_base_ms.map(round),
         })
     }
 }
@@ -198,20 +204,23 @@ pub fn print(reports: &[FleetReport]) {
             figure(r.after_leave_jain(), 3)
         );
     }
-    println!("per instance (goodput/s while all up, p50/p99 ms, timeouts, shed, errors):");
+    println!(
+        "per instance (goodput/s while all up, p50/p99 ms, timeouts, shed, errors, baseline ms):"
+    );
     for r in reports {
         let each: Vec<String> = r
             .instances
             .iter()
             .map(|i| {
                 format!(
-                    "{:.0} {}/{} {} {} {}",
+                    "{:.0} {}/{} {} {} {} {}",
                     i.goodput_all_up,
                     figure(i.p50_ms, 0),
                     figure(i.p99_ms, 0),
                     i.timeouts,
                     i.shed,
-                    i.errors.map_or_else(|| "-".to_owned(), |e| e.to_string())
+                    i.errors.map_or_else(|| "-".to_owned(), |e| e.to_string()),
+                    figure(i.rtt_base_ms, 2)
                 )
             })
             .collect();
@@ -246,6 +255,7 @@ mod tests {
             timeouts,
             shed: 7,
             errors: Some(0),
+            rtt_base_ms: Some(9.5),
             limit_per_s: vec![Some(1.0), None],
         }
     }
@@ -308,6 +318,7 @@ mod tests {
         assert!(json["instances"][1]["p99_ms"].is_null());
         assert!(json["instances"][0]["arrivals"].is_null());
         assert_eq!(json["instances"][0]["errors"], 0);
+        assert_eq!(json["instances"][0]["rtt_base_ms"], 9.5);
         assert_eq!(figure(None, 1), "-");
         assert_eq!(per_second(&[Some(4.04), None]), "  4.0     -");
     }

@@ -463,6 +463,9 @@ fn report(
                     count(|o| matches!(o, Outcome::Rejected(_) | Outcome::Transport))
                         + o.unfinished,
                 ),
+                // Each instance's limiter lives in its own client process, which does not
+                // report it.
+                rtt_base_ms: None,
                 limit_per_s: per_second(&|(at, each)| {
                     each[index]
                         .filter(|_| up(index, *at))

@@ -370,6 +370,11 @@ pub fn simulate_fleet(
                 timeouts: instance.timeouts,
                 shed: instance.shed,
                 errors: None,
+                rtt_base_ms: instance
+                    .limiter
+                    .snapshot()
+                    .rtt_base
+                    .map(|base| base.as_secs_f64() * 1e3),
                 limit_per_s: per_second(&instance.trace, seconds),
             }
         })
