@@ -797,14 +797,8 @@ fn calls_until_the_limit_moves(
     count: usize,
 ) -> Option<usize> {
     let before = vegas.limit();
-    (1..=count).find(|_| {
-        let sample = flowguard::vegas::Sample {
-            rtt: Duration::from_millis(rtt_ms),
-            in_flight,
-            outcome: Outcome::Success,
-        };
-        vegas.update(&sample) != before
-    })
+    let call = sample(rtt_ms * 1_000, in_flight, Outcome::Success);
+    (1..=count).find(|_| vegas.update(&call) != before)
 }
 
 /// Windows of more rounds are for reading the queue at a steady limit: a running slow start

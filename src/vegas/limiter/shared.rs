@@ -154,9 +154,9 @@ impl Shared {
             Some(grant) => {
                 let (_, changed) =
                     state.release(&self.occupancy, &grant, Outcome::Ignored, None, now);
-                let (limit, rtt_base) = (state.limit(), state.rtt_base());
+                let limit = changed.then(|| (state.limit(), state.rtt_base()));
                 drop(state);
-                if changed {
+                if let Some((limit, rtt_base)) = limit {
                     self.metrics.limit_changed(limit, rtt_base);
                 }
             }

@@ -222,7 +222,7 @@ impl State {
             samples,
             rtt_p50,
             rtt_p99,
-            rtt_base: self.algorithm.rtt_base(),
+            rtt_base: self.rtt_base(),
             partitions: self.partitions.summary(in_flight),
         }
     }
