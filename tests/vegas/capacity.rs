@@ -91,6 +91,46 @@ fn a_slower_service_time_is_relearned_without_collapsing_the_limit() {
 }
 
 #[test]
+fn after_a_raise_to_a_slower_dependency_the_limit_holds_32_rounds_before_it_grows() {
+    // The dependency moves to slower machines, and more of them: 8 slots of 25 ms where there
+    // were 4 of 10 ms. The cut the stale baseline causes shows the slower service time, and the
+    // raise restores the concurrency at which the congestion began. In a fleet the same reading
+    // can be a queue the others built at once, so the limit holds there for 32 rounds, growing
+    // to the new slots only after that.
+    let mut vegas = settled();
+    let slower_and_wider = Dependency {
+        slots: 8,
+        service_micros: 25_000,
+    };
+    let mut samples = 0;
+    while vegas.rtt_base() != Some(Duration::from_millis(25)) {
+        assert!(samples < 400, "not re-learned after {samples} samples");
+        let limit = vegas.limit();
+        vegas.update(&sample(
+            slower_and_wider.rtt_micros(limit),
+            limit,
+            Outcome::Success,
+        ));
+        samples += 1;
+    }
+    let restored = vegas.limit();
+    assert!((4..=6).contains(&restored), "restored to {restored}");
+    let limits = drive(&mut vegas, slower_and_wider, 3_000);
+    // 32 rounds of `restored` calls, less the window that may span the end of the hold.
+    let held = 32 * restored - 16;
+    assert!(
+        limits[..held].iter().all(|&limit| limit <= restored),
+        "grew within the hold: {:?}",
+        limits[..held].iter().max()
+    );
+    assert!(
+        limits[2_000..].iter().all(|&limit| limit >= 8),
+        "did not grow to the 8 slots after it: {:?}",
+        limits[2_000..].iter().min()
+    );
+}
+
+#[test]
 fn fewer_slots_are_cut_to_and_the_baseline_stays() {
     let mut vegas = vegas();
     let eight = Dependency {
