@@ -1351,7 +1351,7 @@ const HOLD_TRIAL_ROUNDS: f64 = 64.0;
 /// one instance raised its baseline from 10.6 to 21.9 ms, was restored to 4.75 permits, grew to
 /// 6-8 from there and kept the queue standing by itself beside three instances at about 1.5.
 /// Held, it leaves the queue to the others' cuts, the next windows read the RTT below the raised
-/// baseline, and the baseline falls back with it. Over 27 runs each (`overload --fleet 4`), the
+/// baseline, and the baseline falls back with it. Over 26-27 runs each (`overload --fleet 4`), the
 /// raises to 1.5x the baseline or more came back within 1.2x of it after 1.05 s at the 90th
 /// percentile and 2.1 s at the most, against 2.9 s and 5.5 s without the hold; Jain's index
 /// 0.980-1.000, against 0.916-1.000 (two runs below 0.95).
