@@ -671,7 +671,8 @@ pub struct Vegas {
     cut_cooldown: usize,
     congested_rounds: f64,
     /// Congested rounds a stale suspicion must last at the limit's floor before the next trial
-    /// of one call more; doubles after each trial that finds a real queue.
+    /// of one call more; back to `stale_rounds` after a trial that re-learns the baseline,
+    /// doubled after one that leaves it as it was.
     trial_after: f64,
     /// Rounds a small limit (see `holds_little`) has held its permits without a cut.
     held_rounds: f64,
