@@ -1,7 +1,8 @@
 //! Vegas in a fleet: four instances, each with a limiter of its own, share one backend of four
-//! workers. A deterministic simulation on a `ManualClock` (fixed seed, no wall clock): the
+//! workers. A deterministic simulation on a `ManualClock` (fixed seeds, no wall clock): the
 //! instances must settle at fair shares with a short queue, and a late joiner must get its share
-//! within 3 simulated seconds. Alone, the same defaults keep what holds for one instance: one
+//! within 3 simulated seconds; eight instances in front of the same four workers must share
+//! evenly too. Alone, the same defaults keep what holds for one instance: one
 //! lucky sample or a burst of fast failures does not collapse the limit, and it grows only when
 //! used.
 
@@ -58,8 +59,8 @@ fn start_of(instance: usize, instances: usize) -> u64 {
     }
 }
 
-/// Runs the fleet, [`INSTANCES`] instances with the arrivals of seed 7, with one limiter
-/// per instance, built by `vegas`.
+/// Runs [`INSTANCES`] instances with the arrivals and service times of seed 7, one limiter per
+/// instance built by `vegas`.
 fn run(vegas: impl Fn() -> Vegas) -> Fleet {
     run_fleet(INSTANCES, 7, vegas)
 }
