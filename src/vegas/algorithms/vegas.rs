@@ -562,9 +562,9 @@ enum Phase {
 ///   real (the RTT rose with one call more), the instance takes its RTT at the floor, one call
 ///   in front of the others' queue, for its baseline, and tries again after `stale_rounds`.
 ///   The instances at their floor all read that RTT, so they agree on a baseline with each
-///   other and with the late joiner, and share evenly. It costs about a permit's worth of
-///   queue per two instances more than before (8 instances in front of 4 workers: limits adding
-///   up to 13.9, against 12.8). Alone, a limit congested at its floor means a stale baseline
+///   other and with the late joiner, and share evenly. It costs about one permit more queued
+///   in all than before (8 instances in front of 4 workers: limits adding up to 13.9, against
+///   12.8; 6 instances: 10.1, against 9.3). Alone, a limit congested at its floor means a stale baseline
 ///   (the dependency got slower), which this re-learns too; where the dependency reports its
 ///   queue, the reports give the baseline instead.
 ///
