@@ -9,7 +9,7 @@
 //! (see [`Vegas`](super::Vegas) probing): it is only raised to the low percentile of samples
 //! taken at reduced concurrency, never to one loaded sample.
 
-use super::percentile::low_percentile;
+use super::percentile::{low_percentile, low_percentile_error};
 use super::reported::ReportedBaseline;
 
 /// A summary of one complete window of successful samples.
@@ -17,6 +17,10 @@ use super::reported::ReportedBaseline;
 pub(crate) struct WindowSummary {
     /// Low percentile of the window's RTTs, in nanoseconds.
     pub(crate) low: u64,
+    /// The standard error of `low`, as a share of it, estimated from the window's own RTTs (see
+    /// `low_percentile_error`): how far `low` may scatter from one window to the next with
+    /// nothing queued.
+    pub(crate) low_error: f64,
     /// Samples in the window.
     pub(crate) samples: usize,
     /// Mean in-flight count (at grant) of the window's samples.
@@ -90,9 +94,11 @@ impl SampleWindow {
         let queued_share = (self.reported * 2 >= samples && self.reported_rtt_sum > 0)
             .then(|| self.queued_sum as f64 / self.reported_rtt_sum as f64);
         let low = low_percentile(&mut self.rtts);
+        let low_error = low.map_or(0.0, |low| low_percentile_error(&mut self.rtts, low));
         self.clear();
         low.map(|low| WindowSummary {
             low,
+            low_error,
             samples,
             mean_in_flight,
             min_in_flight,
@@ -254,6 +260,16 @@ impl Baseline {
         );
     }
 
+    /// Takes the low percentile of a window that reads the queue but is too short to lower the
+    /// estimate (see `Vegas`, "Short windows to read the queue"): it becomes the recent RTT, and
+    /// the estimate only if there is none yet.
+    pub(crate) fn read(&mut self, window_low: u64) {
+        self.last_window = Some(window_low);
+        if self.estimate.is_none() {
+            self.estimate = Some(window_low);
+        }
+    }
+
     /// Replaces the estimate with a re-learned value (from a probe, or a cut that revealed a
     /// stale baseline).
     pub(crate) fn relearn(&mut self, rtt_nanos: u64) {
@@ -284,6 +300,7 @@ mod tests {
             summary,
             Some(WindowSummary {
                 low: 10_000_000,
+                low_error: 0.0,
                 samples: 10,
                 mean_in_flight: 2.8,
                 min_in_flight: 1,
@@ -323,6 +340,7 @@ mod tests {
     fn window(low: u64, mean_in_flight: f64) -> WindowSummary {
         WindowSummary {
             low,
+            low_error: 0.0,
             samples: 16,
             mean_in_flight,
             min_in_flight: mean_in_flight as usize,

@@ -40,6 +40,21 @@ const RESUME_WITHIN_ROUNDS: f64 = 4.0;
 /// to resume (see [`RESUME_WITHIN_ROUNDS`]): the queue is gone, not merely back in the band.
 const RESUME_BELOW: f64 = 0.25;
 
+/// Without reports, the share of `window_rounds` a window that reads the queue holds (at least
+/// `baseline_window` calls): an eighth of the limit by default. The baseline is lowered only by
+/// the low percentile of whole `window_rounds` of calls (see [`Vegas`], "Short windows to read the
+/// queue").
+const READING_SHARE: f64 = 0.25;
+
+/// From this limit up, without reports, a window cuts only if its queue is above `beta` by more
+/// than [`MARGIN_ERRORS`] standard errors of its low percentile: see [`Vegas`], "Short windows to
+/// read the queue". Below it, fleets of small limits keep the band they share.
+const MARGIN_FROM: f64 = 16.0;
+
+/// The standard errors of a window's low percentile by which its queue must pass `beta` before
+/// it cuts (from a limit of [`MARGIN_FROM`] up, without reports).
+const MARGIN_ERRORS: f64 = 2.0;
+
 /// The settings of a [`Vegas`] algorithm; see [`VegasBuilder`] for what each one does.
 #[derive(Debug, Clone, PartialEq)]
 struct Settings {
@@ -281,6 +296,10 @@ impl VegasBuilder {
 
     /// Minimum rounds of calls per window: a window holds at least `rounds * limit` successful
     /// samples (and at least `baseline_window`), in `[0.5, 64]` (default 0.5, half the limit).
+    /// Without reports of the dependency's queue, the windows that read the queue at a steady
+    /// limit hold a quarter of that (an eighth of the limit by default: see [`Vegas`], "In a
+    /// fleet"), and the baseline is lowered by the low percentile of each `rounds * limit` of
+    /// their calls together.
     ///
     /// The queue is read from each window's low percentile, which scatters with the
     /// dependency's service time: the more calls a window holds, the less it scatters. For an
@@ -301,7 +320,12 @@ impl VegasBuilder {
     /// fixed limit of 64's goodput, against 0.24x). Since the growth goes on inside the band
     /// ([`band_growth`](Self::band_growth)), 1.5 rounds go about as far there (0.94x and 1.00x,
     /// against the default's 0.34-0.39x) at less cost to fleets; see the Vegas guide
-    /// ([`crate::guide::vegas`]) and [`Vegas`], "A service time that varies widely".
+    /// ([`crate::guide::vegas`]) and [`Vegas`], "A service time that varies widely". Those
+    /// figures were measured while every window held `rounds` of calls; now that the windows
+    /// that read the queue hold a quarter of them (0.75 rounds at 3), 3 rounds alone serve a
+    /// little less in simulation (seeds 1-6, the least: 0.973 of the capacity against 0.989 at a
+    /// uniform 30 % in front of 50 slots, 0.991 against 0.996 at a lognormal 10 % in front of
+    /// 200), and with the wider band as well the same as before (0.997-0.998).
     ///
     /// The longer windows are for reading the queue at a steady limit: a running slow start's
     /// windows hold at most one round, since slow start learns of the queue its growth built
@@ -383,11 +407,12 @@ enum Phase {
 /// implementations:
 ///
 /// - **Robust baseline.** Samples are judged in windows (at least `baseline_window` successful
-///   samples, or `window_rounds` times the limit if larger: half of it by default). `rtt` is the
-///   window's low percentile and `rtt_base` the lowest window low since it was last re-learned
-///   (see `baseline.rs`): one lucky 1 us sample, or a burst of fast failures (dropped calls
-///   never feed it), cannot poison it, and a service time that varies by about 10 % either way
-///   does not read as a queue (a wider spread does: see below).
+///   samples, or `window_rounds` times the limit if larger: half of it by default; without
+///   reports, the windows that read the queue hold a quarter of that, see "In a fleet"). `rtt`
+///   is the window's low percentile and `rtt_base` the lowest low percentile of `window_rounds`
+///   of calls since it was last re-learned (see `baseline.rs`): one lucky 1 us sample, or a burst
+///   of fast failures (dropped calls never feed it), cannot poison it, and a service time that
+///   varies by about 10 % either way does not read as a queue (a wider spread does: see below).
 /// - **A slower dependency is not a queue.** A stale baseline (the dependency's service time rose,
 ///   its concurrency did not) reads exactly like a queue, and cutting on it would starve the
 ///   dependency down to a limit of 1. So every cut is judged by the window after it, built only
@@ -440,13 +465,16 @@ enum Phase {
 /// further the least of them sits below a usual one: with a service time drawn uniformly within
 /// 30 % of its mean either way, a usual window reads 0-18 % queued against the band's 5-10 %,
 /// and the limit ratchets down. In `vegas_sim --service-jitter`, a lone instance in front of 50
-/// slots serves 0.997 of the capacity at 10 %, 0.98 at 15 %, 0.57 at 20 % and 0.13 at 30 % (seeds
-/// 1-10, the least; 0.97, 0.34 and 0.10 before the growth went on inside the band); on real
-/// sockets, alone in front of 64 workers at 30 %, 0.06x a fixed limit's goodput (measured
-/// before that change). A lognormal service time, the shape measured ones tend to have, does so
-/// sooner: its thin left tail keeps lowering the least low, and a standard deviation of 10 % of
-/// the mean costs a lone instance nearly all the capacity (0.13 at the least), 5 % a little of
-/// it (0.98 at the least in front of 50 slots, 0.93 in front of 200). Small limits are spared
+/// slots serves 0.995 of the capacity at 10 %, 0.98 at 15 %, 0.92 at 20 % and 0.13 at 30 % (seeds
+/// 1-10, the least; 0.52 at 20 % before a cut needed its queue above `beta` by two standard
+/// errors of the window's low percentile, see "In a fleet", and 0.34 before the growth went on
+/// inside the band); on real sockets, alone in front of 64 workers at 30 %, 0.06x a fixed
+/// limit's goodput (measured before those changes). A lognormal service time, the shape
+/// measured ones tend to have, does so sooner: its thin left tail keeps lowering the least low,
+/// and a standard deviation of 10 % of the mean costs a lone instance nearly all the capacity
+/// (0.15 at the least), 5 % a little of it (0.98 at the least in front of 50 slots, 0.86 in front
+/// of 200, where it was 0.93 before the windows that read the queue held an eighth of the limit
+/// rather than half of it). Small limits are spared
 /// (the band is at least a quarter of a call below 4 permits): 4 instances in front of 4
 /// workers keep their shares at a 30 % spread of either shape.
 ///
@@ -567,6 +595,30 @@ enum Phase {
 ///   12.8; 6 instances: 10.1, against 9.3). Alone, a limit congested at its floor means a stale baseline
 ///   (the dependency got slower), which this re-learns too; where the dependency reports its
 ///   queue, the reports give the baseline instead.
+/// - **Short windows to read the queue, so that the larger instance cuts first.** Without
+///   reports, a window that reads the queue holds a quarter of `window_rounds` (an eighth of the
+///   limit by default), at least `baseline_window` calls (16). With windows of half the limit,
+///   an instance's reading was the steadier the larger it was: in `vegas_sim --fleet
+///   --instances 2 --workers 128`, two instances that read the same queue share (6.5 % of the
+///   RTT) from the same baseline saw the smaller one's windows of 16 calls cross the band in 10 %
+///   of them and the larger one's of 52 in 4.6 %, so the smaller one cut about twice as often
+///   per second, and it held 30 permits beside the larger one's 105 (Jain's index below 0.95 in
+///   24 of 40 seeds, 0.689 at the least). With windows of 16 calls for both (up to a limit of
+///   128), their readings scatter alike and the larger instance reads its queue more often per
+///   round, so it is the one that cuts more often: none of 40 seeds below 0.95, 0.974 at the
+///   least, and the late joiner holds 80 % of its share within 3 s in 37 of them (16 before).
+///   Two things keep a lone instance where it was:
+///   - the baseline is lowered only by the low percentile of `window_rounds` of calls, as before,
+///     not by each short window's: the least of many lows of 16 calls sits further below a usual
+///     one, and alone in front of 200 slots with a lognormal service time of 5 % spread, that gap
+///     read as a queue (0.36 of the capacity at the least, against 0.93);
+///   - from a limit of 16 up, a window cuts only if its queue passes `beta` by more than two
+///     standard errors of its low percentile, estimated from the window's own RTTs (the spacing
+///     of its lowest ones): a low percentile of 16 calls scatters more than one of 64.
+///
+///   The margin also spares a lone instance in front of a dependency whose service time varies
+///   by 20 % either way (0.92 of the capacity at the least over seeds 1-10, against 0.52; see "A
+///   service time that varies widely").
 ///
 /// What none of this can do is tell an instance how much of the RTT it measures is the queue
 /// the others keep: the instances that take part of it for their baseline hold larger shares.
@@ -662,6 +714,10 @@ pub struct Vegas {
     /// Samples between periodic probes at the current limit: `probe_interval * current`.
     probe_after: usize,
     window: SampleWindow,
+    /// The RTTs of the calls since the baseline last took a low percentile, while short windows
+    /// read the queue: the baseline is lowered by the low percentile of `window_rounds` of calls
+    /// (see [`READING_SHARE`]).
+    baseline_calls: Vec<u64>,
     baseline: Baseline,
     phase: Phase,
     probe_buffer: Vec<u64>,
@@ -770,9 +826,10 @@ impl Vegas {
         Self {
             estimate: start as f64,
             current: start,
-            window_len: window_len(&config, start, WindowKind::SlowStart),
+            window_len: window_len(&config, start, WindowKind::SlowStart, false),
             probe_after: probe_after(&config, start),
             window: SampleWindow::with_capacity(config.baseline_window),
+            baseline_calls: Vec::with_capacity(config.baseline_window),
             baseline: Baseline::default(),
             phase: Phase::Tracking,
             probe_buffer: Vec::with_capacity(config.probe_samples),
@@ -885,6 +942,50 @@ impl Vegas {
         self.config.smoothing * self.config.growth_ratio * limit.sqrt().max(1.0) * rounds
     }
 
+    /// Calls in the window of `window_rounds` that lowers the baseline (at least
+    /// `baseline_window`): without reports, the windows that read the queue hold a quarter of
+    /// that (see [`READING_SHARE`]).
+    fn baseline_window_len(&self) -> usize {
+        self.config
+            .baseline_window
+            .max((self.config.window_rounds * self.current as f64) as usize)
+    }
+
+    /// Feeds a complete window to the baseline. A window shorter than the baseline's own (a
+    /// steady window that reads the queue, without reports) only becomes the recent RTT; the
+    /// calls since the baseline last took a low percentile lower it once they make up a window
+    /// of its length. Any other window (slow start, one judging a cut, with reports, or at a
+    /// limit whose windows are the baseline's length) lowers it itself, as it always did.
+    fn observe_window(&mut self, window: &WindowSummary) {
+        let reading = window.samples < self.baseline_window_len()
+            && self.cut_reference.is_none()
+            && !self.slow_start.runs()
+            && !self.baseline.is_reported();
+        if !reading {
+            self.baseline_calls.clear();
+            self.baseline.observe(window.low);
+            return;
+        }
+        self.baseline.read(window.low);
+        if self.baseline_calls.len() >= self.baseline_window_len() {
+            if let Some(low) = low_percentile(&mut self.baseline_calls) {
+                self.baseline.lower_to(low);
+            }
+            self.baseline_calls.clear();
+        }
+    }
+
+    /// How far above `beta` (in calls) a window's queue must be before it cuts: from a limit of
+    /// [`MARGIN_FROM`] up, without reports, [`MARGIN_ERRORS`] standard errors of its low
+    /// percentile; none otherwise.
+    fn cut_margin(&self, window: &WindowSummary, reported: bool) -> f64 {
+        if reported || self.estimate < MARGIN_FROM {
+            0.0
+        } else {
+            MARGIN_ERRORS * window.low_error * self.estimate
+        }
+    }
+
     fn set_estimate(&mut self, value: f64) {
         self.estimate = self.config.bounds.clamp_f64(value);
     }
@@ -959,6 +1060,7 @@ impl Vegas {
         }
         self.phase = Phase::Tracking;
         self.window.clear();
+        self.baseline_calls.clear();
         self.samples_since_probe = 0;
         self.congested_rounds = 0.0;
         self.set_estimate(restore);
@@ -1124,6 +1226,9 @@ impl Vegas {
         let mut changed = false;
         // A call granted with more in flight than the limit allows now was granted before a cut:
         // its RTT describes the old concurrency, so it joins no window.
+        if in_flight <= self.current {
+            self.baseline_calls.push(rtt);
+        }
         if in_flight <= self.current
             && let Some(window) = self.window.push(rtt, in_flight, queued, self.window_len)
         {
@@ -1154,7 +1259,7 @@ impl Vegas {
                 .estimate()
                 .is_some_and(|base| (window.low as f64) < 0.8 * base as f64);
         let rounds = window.samples as f64 / window.mean_in_flight.max(1.0);
-        self.baseline.observe(window.low);
+        self.observe_window(window);
         let Some(base) = self.baseline.estimate() else {
             return;
         };
@@ -1235,7 +1340,7 @@ impl Vegas {
             } else {
                 0.0
             }
-        } else if queue > beta {
+        } else if queue > beta + self.cut_margin(window, reported) {
             self.slow_start.end(reported);
             if self.congested_rounds == 0.0 {
                 // What an undo of the cuts restores: the concurrency this window's calls were
@@ -1359,7 +1464,7 @@ impl Vegas {
         } else {
             WindowKind::Steady
         };
-        self.window_len = window_len(&self.config, current, kind);
+        self.window_len = window_len(&self.config, current, kind, self.baseline.is_reported());
         if current != self.current {
             self.current = current;
             self.probe_after = probe_after(&self.config, current);
@@ -1392,13 +1497,15 @@ const HOLD_AFTER_STALE_RAISE_ROUNDS: f64 = 32.0;
 const TRIAL_AFTER_MAX: f64 = 256.0;
 
 /// Samples per window at limit `current`: at least `baseline_window`, at least `window_rounds`
-/// times the limit (half of it by default).
+/// times the limit (half of it by default) while the dependency reports its queue (`reported`),
+/// a quarter of that without reports ([`READING_SHARE`]: an eighth of the limit by default).
 /// The window that judges a cut takes half as many (at least 4): at a small limit it is the one
 /// spent at reduced concurrency, and its low percentile still skips its fastest sample. A running
 /// slow start's windows hold at most [`SLOW_START_ROUNDS`] rounds.
-fn window_len(config: &Settings, current: usize, window: WindowKind) -> usize {
+fn window_len(config: &Settings, current: usize, window: WindowKind, reported: bool) -> usize {
     let (least, rounds) = match window {
-        WindowKind::Steady => (config.baseline_window, config.window_rounds),
+        WindowKind::Steady if reported => (config.baseline_window, config.window_rounds),
+        WindowKind::Steady => (config.baseline_window, config.window_rounds * READING_SHARE),
         WindowKind::JudgingCut => ((config.baseline_window / 2).max(4), config.window_rounds),
         WindowKind::SlowStart => (
             config.baseline_window,

@@ -1010,10 +1010,14 @@ mod tests {
 
     /// Without reports, two instances in front of 64 workers share evenly too, because the
     /// growth goes on inside the band (`VegasBuilder::band_growth`): both keep reaching `beta`
-    /// and cutting together. Over these 8 seeds Jain's index is at least 0.93 and the late
-    /// joiner gets 80 % of its share within 2 s; with a band that holds (`band_growth(0.0)`),
-    /// seed 1 kept a split at Jain's index 0.70 and the joiner took 10.5 s (and 30 seeds gave
-    /// 12 below 0.95 before the growth went on inside the band, against 3).
+    /// and cutting together. Over these 8 seeds Jain's index is at least 0.98 (0.93 before the
+    /// windows that read the queue held an eighth of the limit) and the late joiner gets 80 % of
+    /// its share within 2.5 s, but for seed 6, 4.0 s (1.5 s before: below a limit of 16 its cuts
+    /// need no margin over `beta`, the first instance's do, and it grows from its slow start's
+    /// 11 permits through 3 s of even cuts). With a band that holds (`band_growth(0.0)`), seed 1
+    /// keeps a split at Jain's index 0.85 (0.70 with the windows of half the limit, the joiner
+    /// taking 10.5 s; and 30 seeds gave 12 below 0.95 before the growth went on inside the band,
+    /// against 3).
     #[test]
     fn vegas_shares_evenly_in_front_of_many_workers_without_reports() {
         let run = |seed, vegas: Vegas| {
@@ -1026,12 +1030,12 @@ mod tests {
         for seed in 1..=8 {
             let vegas = run(seed, Vegas::new());
             let context = format!("2 instances, 64 workers, seed {seed}");
-            assert_shares_evenly(&vegas, &context, 0.93, 2.0);
+            assert_shares_evenly(&vegas, &context, 0.95, 4.0);
         }
         let holding = Vegas::builder().band_growth(0.0).build().unwrap();
         let held = run(1, holding);
         assert!(
-            held.jain.is_some_and(|j| j < 0.8),
+            held.jain.is_some_and(|j| j < 0.9),
             "a band that holds kept the split of seed 1: Jain {:?}",
             held.jain
         );
