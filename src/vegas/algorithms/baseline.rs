@@ -19,7 +19,7 @@ pub(crate) struct WindowSummary {
     pub(crate) low: u64,
     /// The standard error of `low`, as a share of it, estimated from the window's own RTTs (see
     /// `low_percentile_error`): how far `low` may scatter from one window to the next with
-    /// nothing queued.
+    /// nothing queued. 0 unless the window was asked for it (`SampleWindow::estimate_error`).
     pub(crate) low_error: f64,
     /// Samples in the window.
     pub(crate) samples: usize,
@@ -45,6 +45,9 @@ pub(crate) struct SampleWindow {
     reported_rtt_sum: u64,
     /// How many calls carried a report.
     reported: usize,
+    /// Whether a summary estimates its low percentile's standard error (`low_error`; 0
+    /// otherwise): a selection per window, paid only where a reader uses it.
+    with_error: bool,
 }
 
 impl SampleWindow {
@@ -57,7 +60,13 @@ impl SampleWindow {
             queued_sum: 0,
             reported_rtt_sum: 0,
             reported: 0,
+            with_error: false,
         }
+    }
+
+    /// Whether the summaries to come estimate their low percentile's standard error.
+    pub(crate) fn estimate_error(&mut self, on: bool) {
+        self.with_error = on;
     }
 
     /// Adds a sample, with the wait in the dependency's queue that it reported, if it did; once
@@ -94,7 +103,10 @@ impl SampleWindow {
         let queued_share = (self.reported * 2 >= samples && self.reported_rtt_sum > 0)
             .then(|| self.queued_sum as f64 / self.reported_rtt_sum as f64);
         let low = low_percentile(&mut self.rtts);
-        let low_error = low.map_or(0.0, |low| low_percentile_error(&mut self.rtts, low));
+        let low_error = match low {
+            Some(low) if self.with_error => low_percentile_error(&mut self.rtts, low),
+            _ => 0.0,
+        };
         self.clear();
         low.map(|low| WindowSummary {
             low,

@@ -718,6 +718,9 @@ pub struct Vegas {
     /// read the queue: the baseline is lowered by the low percentile of `window_rounds` of calls
     /// (see [`READING_SHARE`]).
     baseline_calls: Vec<u64>,
+    /// Whether the calls are kept in `baseline_calls`: while the windows are shorter than the
+    /// baseline's (steady, without reports).
+    pools_calls: bool,
     baseline: Baseline,
     phase: Phase,
     probe_buffer: Vec<u64>,
@@ -830,6 +833,7 @@ impl Vegas {
             probe_after: probe_after(&config, start),
             window: SampleWindow::with_capacity(config.baseline_window),
             baseline_calls: Vec::with_capacity(config.baseline_window),
+            pools_calls: false,
             baseline: Baseline::default(),
             phase: Phase::Tracking,
             probe_buffer: Vec::with_capacity(config.probe_samples),
@@ -946,9 +950,14 @@ impl Vegas {
     /// `baseline_window`): without reports, the windows that read the queue hold a quarter of
     /// that (see [`READING_SHARE`]).
     fn baseline_window_len(&self) -> usize {
+        self.baseline_window_len_at(self.current)
+    }
+
+    /// [`Self::baseline_window_len`] at limit `current`.
+    fn baseline_window_len_at(&self, current: usize) -> usize {
         self.config
             .baseline_window
-            .max((self.config.window_rounds * self.current as f64) as usize)
+            .max((self.config.window_rounds * current as f64) as usize)
     }
 
     /// Feeds a complete window to the baseline. A window shorter than the baseline's own (a
@@ -1226,7 +1235,7 @@ impl Vegas {
         let mut changed = false;
         // A call granted with more in flight than the limit allows now was granted before a cut:
         // its RTT describes the old concurrency, so it joins no window.
-        if in_flight <= self.current {
+        if self.pools_calls && in_flight <= self.current {
             self.baseline_calls.push(rtt);
         }
         if in_flight <= self.current
@@ -1464,7 +1473,15 @@ impl Vegas {
         } else {
             WindowKind::Steady
         };
-        self.window_len = window_len(&self.config, current, kind, self.baseline.is_reported());
+        let reported = self.baseline.is_reported();
+        self.window_len = window_len(&self.config, current, kind, reported);
+        // The work the short windows that read the queue need, only where they do: pooling the
+        // calls for the baseline, and the low percentile's standard error for the cut's margin.
+        self.pools_calls = kind == WindowKind::Steady
+            && !reported
+            && self.window_len < self.baseline_window_len_at(current);
+        self.window
+            .estimate_error(!reported && self.estimate >= MARGIN_FROM);
         if current != self.current {
             self.current = current;
             self.probe_after = probe_after(&self.config, current);
