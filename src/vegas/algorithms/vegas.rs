@@ -960,17 +960,14 @@ impl Vegas {
             .max((self.config.window_rounds * current as f64) as usize)
     }
 
-    /// Feeds a complete window to the baseline. A window shorter than the baseline's own (a
-    /// steady window that reads the queue, without reports) only becomes the recent RTT; the
+    /// Feeds a complete window to the baseline. While the calls are pooled (`pools_calls`: the
+    /// steady windows that read the queue, without reports, are shorter than the baseline's
+    /// own), a window only becomes the recent RTT; the
     /// calls since the baseline last took a low percentile lower it once they make up a window
     /// of its length. Any other window (slow start, one judging a cut, with reports, or at a
     /// limit whose windows are the baseline's length) lowers it itself, as it always did.
     fn observe_window(&mut self, window: &WindowSummary) {
-        let reading = window.samples < self.baseline_window_len()
-            && self.cut_reference.is_none()
-            && !self.slow_start.runs()
-            && !self.baseline.is_reported();
-        if !reading {
+        if !self.pools_calls {
             self.baseline_calls.clear();
             self.baseline.observe(window.low);
             return;
@@ -988,11 +985,17 @@ impl Vegas {
     /// [`MARGIN_FROM`] up, without reports, [`MARGIN_ERRORS`] standard errors of its low
     /// percentile; none otherwise.
     fn cut_margin(&self, window: &WindowSummary, reported: bool) -> f64 {
-        if reported || self.estimate < MARGIN_FROM {
-            0.0
-        } else {
+        if self.has_cut_margin(reported) {
             MARGIN_ERRORS * window.low_error * self.estimate
+        } else {
+            0.0
         }
+    }
+
+    /// Whether a window's cut needs a margin over `beta` (and so its low percentile's standard
+    /// error): from a limit of [`MARGIN_FROM`] up, without reports.
+    fn has_cut_margin(&self, reported: bool) -> bool {
+        !reported && self.estimate >= MARGIN_FROM
     }
 
     fn set_estimate(&mut self, value: f64) {
@@ -1480,8 +1483,7 @@ impl Vegas {
         self.pools_calls = kind == WindowKind::Steady
             && !reported
             && self.window_len < self.baseline_window_len_at(current);
-        self.window
-            .estimate_error(!reported && self.estimate >= MARGIN_FROM);
+        self.window.estimate_error(self.has_cut_margin(reported));
         if current != self.current {
             self.current = current;
             self.probe_after = probe_after(&self.config, current);
