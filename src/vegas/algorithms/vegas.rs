@@ -289,11 +289,11 @@ impl VegasBuilder {
     /// cut removed, so in seconds it takes longer the longer the dependency's RTT. For a few
     /// instances that each hold tens of permits, 1.0 (the same growth all the way up to `beta`,
     /// with no taper below `alpha` either) shortens the cycles: on real sockets, 2 instances in
-    /// front of 64 workers at 40 ms shared at a Jain's index of 0.965-1.000 in five runs, the
-    /// late joiner at 80 % of its share after 3.0-4.5 s, against 0.903-0.999 and 3.0-6.0 s with
-    /// the default; alone, it also holds a wider spread of the service time (0.38 of the
-    /// capacity at the least at a uniform 30 % in simulation, against 0.13). It is not the
-    /// default because every instance's growth adds to one queue, which grows longer with many
+    /// front of 64 workers at 40 ms shared at a Jain's index of 0.965-1.000 in ten runs, the
+    /// late joiner at 80 % of its share after 2.5-4.5 s, against 0.903-0.999 (three runs below
+    /// 0.95) and 3.0-6.5 s with the default; alone, it also holds a wider spread of the service
+    /// time (0.38 of the capacity at the least at a uniform 30 % in simulation, against 0.13).
+    /// It is not the default because every instance's growth adds to one queue, which grows longer with many
     /// instances at a few permits each: 8 instances in front of 4 workers summed 16.7-17.3
     /// permits against 13.5-13.6 and shared at 0.929 and 0.979 against 0.988 and 0.993 (see
     /// `docs/PERFORMANCE.md`, "A newcomer's share comes with rounds of calls").
