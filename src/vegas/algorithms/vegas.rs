@@ -293,10 +293,10 @@ impl VegasBuilder {
     /// late joiner at 80 % of its share after 2.5-4.5 s, against 0.903-0.999 (three runs below
     /// 0.95) and 3.0-6.5 s with the default; alone, it also holds a wider spread of the service
     /// time (0.38 of the capacity at the least at a uniform 30 % in simulation, against 0.13).
-    /// It is not the default because every instance's growth adds to one queue, which grows longer with many
-    /// instances at a few permits each: 8 instances in front of 4 workers summed 16.7-17.3
-    /// permits against 13.5-13.6 and shared at 0.929 and 0.979 against 0.988 and 0.993 (see
-    /// `docs/PERFORMANCE.md`, "A newcomer's share comes with rounds of calls").
+    /// It is not the default because every instance's growth adds to one queue, which grows
+    /// longer with many instances at a few permits each: 8 instances in front of 4 workers
+    /// summed 16.7-17.3 permits against 13.5-13.6 and shared at 0.929 and 0.979 against 0.988
+    /// and 0.993 (see `docs/PERFORMANCE.md`, "A newcomer's share comes with rounds of calls").
     pub fn band_growth(mut self, share: f64) -> Self {
         self.settings.band_growth = share;
         self
@@ -961,26 +961,12 @@ impl Vegas {
         self.config.smoothing * self.config.growth_ratio * limit.sqrt().max(1.0) * rounds
     }
 
-    /// Calls in the window of `window_rounds` that lowers the baseline (at least
-    /// `baseline_window`): without reports, the windows that read the queue hold a quarter of
-    /// that (see [`READING_SHARE`]).
-    fn baseline_window_len(&self) -> usize {
-        self.baseline_window_len_at(self.current)
-    }
-
-    /// [`Self::baseline_window_len`] at limit `current`.
-    fn baseline_window_len_at(&self, current: usize) -> usize {
-        self.config
-            .baseline_window
-            .max((self.config.window_rounds * current as f64) as usize)
-    }
-
     /// Feeds a complete window to the baseline. While the calls are pooled (`pools_calls`: the
     /// steady windows that read the queue, without reports, are shorter than the baseline's
-    /// own), a window only becomes the recent RTT; the
-    /// calls since the baseline last took a low percentile lower it once they make up a window
-    /// of its length. Any other window (slow start, one judging a cut, with reports, or at a
-    /// limit whose windows are the baseline's length) lowers it itself, as it always did.
+    /// own), a window only becomes the recent RTT; the calls since the baseline last took a low
+    /// percentile lower it once they make up a window of its length. Any other window (slow
+    /// start, one judging a cut, with reports, or at a limit whose windows are the baseline's
+    /// length) lowers it itself, as it always did.
     fn observe_window(&mut self, window: &WindowSummary) {
         if !self.pools_calls {
             self.baseline_calls.clear();
@@ -988,7 +974,7 @@ impl Vegas {
             return;
         }
         self.baseline.read(window.low);
-        if self.baseline_calls.len() >= self.baseline_window_len() {
+        if self.baseline_calls.len() >= baseline_window_len(&self.config, self.current) {
             if let Some(low) = low_percentile(&mut self.baseline_calls) {
                 self.baseline.lower_to(low);
             }
@@ -1497,7 +1483,7 @@ impl Vegas {
         // calls for the baseline, and the low percentile's standard error for the cut's margin.
         self.pools_calls = kind == WindowKind::Steady
             && !reported
-            && self.window_len < self.baseline_window_len_at(current);
+            && self.window_len < baseline_window_len(&self.config, current);
         self.window.estimate_error(self.has_cut_margin(reported));
         if current != self.current {
             self.current = current;
@@ -1546,7 +1532,19 @@ fn window_len(config: &Settings, current: usize, window: WindowKind, reported: b
             config.window_rounds.min(SLOW_START_ROUNDS),
         ),
     };
-    // Truncated, so half the limit by default.
+    calls_in_rounds(least, rounds, current)
+}
+
+/// Calls in the window of `window_rounds` that lowers the baseline at limit `current` (at least
+/// `baseline_window`): without reports, the windows that read the queue hold a quarter of that
+/// (see [`READING_SHARE`]).
+fn baseline_window_len(config: &Settings, current: usize) -> usize {
+    calls_in_rounds(config.baseline_window, config.window_rounds, current)
+}
+
+/// Calls in `rounds` rounds at limit `current`, at least `least`. Truncated, so half the limit at
+/// the default `window_rounds`.
+fn calls_in_rounds(least: usize, rounds: f64, current: usize) -> usize {
     least.max((rounds * current as f64) as usize)
 }
 
