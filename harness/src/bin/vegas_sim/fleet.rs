@@ -31,7 +31,7 @@ use rand::rngs::SmallRng;
 use crate::host_noise::{self, HostNoise};
 
 /// Backend, fleet and client settings.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct FleetScenario {
     pub instances: usize,
     pub workers: usize,
@@ -57,6 +57,10 @@ pub struct FleetScenario {
     pub reported_queue: bool,
     /// Mean delay the host adds to every call of an epoch (zero: a quiet host).
     pub host_noise: Duration,
+    /// With `reported_queue`, the instances that read the reports (by index in start order;
+    /// `None`: all of them). The others finish their permits with `Permit::success`, as a client
+    /// that does not read them: a fleet in the middle of a rollout.
+    pub reports_read_by: Option<Vec<usize>>,
 }
 
 impl FleetScenario {
@@ -79,6 +83,7 @@ impl FleetScenario {
             seed,
             reported_queue: false,
             host_noise: Duration::ZERO,
+            reports_read_by: None,
         }
     }
 
@@ -109,6 +114,15 @@ impl FleetScenario {
     /// until the end.
     pub fn after_leave(&self) -> f64 {
         self.leave_at.as_secs_f64() + 1.0
+    }
+
+    /// Whether instance `index` reads the backend's reports of its queue.
+    pub fn reads_reports(&self, index: usize) -> bool {
+        self.reported_queue
+            && self
+                .reports_read_by
+                .as_ref()
+                .is_none_or(|read_by| read_by.contains(&index))
     }
 
     /// The span over which every instance is up and settled (1 s after the late join, until the
@@ -168,11 +182,11 @@ struct Instance {
 }
 
 /// Runs `scenario` with one limiter per instance, each following an algorithm from `algorithm`
-/// (called once per instance), on one virtual clock.
+/// (called once per instance, with its index in start order), on one virtual clock.
 pub fn simulate_fleet(
     scenario: &FleetScenario,
     name: String,
-    algorithm: &dyn Fn() -> Result<Box<dyn LimitAlgorithm>, Box<dyn Error>>,
+    algorithm: &dyn Fn(usize) -> Result<Box<dyn LimitAlgorithm>, Box<dyn Error>>,
 ) -> Result<FleetReport, Box<dyn Error>> {
     let clock = ManualClock::new();
     let end = nanos(scenario.end);
@@ -189,7 +203,7 @@ pub fn simulate_fleet(
     let mut instances = Vec::with_capacity(scenario.instances);
     let mut events: BinaryHeap<Reverse<(u64, Event)>> = BinaryHeap::new();
     for index in 0..scenario.instances {
-        let limiter = Limiter::builder(algorithm()?)
+        let limiter = Limiter::builder(algorithm(index)?)
             .name(format!("{name} {index}"))
             .clock(clock.clone())
             .build()?;
@@ -242,7 +256,7 @@ pub fn simulate_fleet(
                 if !call.finished {
                     call.finished = true;
                     if let Some(permit) = call.permit.take() {
-                        if scenario.reported_queue {
+                        if scenario.reads_reports(call.instance) {
                             permit.success_queued(Duration::from_nanos(call.queued));
                         } else {
                             permit.success();
@@ -421,16 +435,25 @@ pub fn print(scenario: &FleetScenario, reports: &[FleetReport]) {
         scenario.max_wait,
         scenario.deadline,
         scenario.seed,
-        if scenario.reported_queue {
-            "; the backend reports each call's queue wait"
-        } else {
-            ""
+        match (&scenario.reports_read_by, scenario.reported_queue) {
+            (_, false) => String::new(),
+            (None, true) => "; the backend reports each call's queue wait".into(),
+            (Some(read_by), true) => format!(
+                "; the backend reports each call's queue wait, read by instances {} only",
+                instance_list(read_by)
+            ),
         },
         host_noise::describe(scenario.host_noise)
     );
     let (from, until) = scenario.all_up();
     println!("fairness and limits judged from {from} s to {until} s (all instances up)");
     fleet_report::print(reports);
+}
+
+/// Instance indices as a flag takes them: `0,2`.
+pub fn instance_list(indices: &[usize]) -> String {
+    let indices: Vec<String> = indices.iter().map(usize::to_string).collect();
+    indices.join(",")
 }
 
 /// The reports as JSON: the scenario, and each limiter's report (see [`FleetReport::to_json`]).
@@ -440,6 +463,7 @@ pub fn json(scenario: &FleetScenario, reports: &[FleetReport]) -> serde_json::Va
         "instances": scenario.instances,
         "seed": scenario.seed,
         "reported_queue": scenario.reported_queue,
+        "reports_read_by": scenario.reports_read_by,
         "host_noise_ms": scenario.host_noise.as_secs_f64() * 1e3,
         "service_jitter": scenario.jitter,
         "service_shape": scenario.shape.name(),

@@ -5,7 +5,7 @@
 //! ```text
 //! cargo run --release -p flowguard-harness --bin vegas_sim -- [--json] [--plot DIR] [--seed N] [--slots N]
 //! cargo run --release -p flowguard-harness --bin vegas_sim -- --step [--seed N] [--reported-queue] [--host-noise-ms MS] [--json]
-//! cargo run --release -p flowguard-harness --bin vegas_sim -- --fleet [--instances N] [--workers N] [--service-ms MS] [--seed N] [--reported-queue] [--host-noise-ms MS] [--json]
+//! cargo run --release -p flowguard-harness --bin vegas_sim -- --fleet [--instances N] [--workers N] [--service-ms MS] [--seed N] [--reported-queue] [--host-noise-ms MS] [--vegas-instances LIST] [--reported-instances LIST] [--json]
 //! ```
 
 mod fleet;
@@ -22,7 +22,9 @@ use std::time::Duration;
 
 use clap::{CommandFactory, Parser};
 use flowguard::clock::ManualClock;
-use flowguard::vegas::{Aimd, Fixed, Gradient, LimitAlgorithm, LimitBounds, Limiter, OwnedPermit};
+use flowguard::vegas::{
+    Aimd, Fixed, Gradient, LimitAlgorithm, LimitBounds, Limiter, OwnedPermit, Vegas,
+};
 use flowguard_harness::cli::{above_zero, positive, spread};
 use flowguard_harness::exponential::unit_exponential;
 use rand::SeedableRng;
@@ -462,7 +464,9 @@ fn json(reports: &[Report]) -> String {
 /// the first one leaves at 20 s. For vegas (`Vegas::new()`), aimd, gradient and fixed limits of
 /// 1 and 4 per instance it prints goodput, Jain's index over the instances' goodput while all
 /// are up, the worst p99, timeouts, the sum of the limits, the time the late joiner took to hold
-/// 80 % of its fair share, and per-instance figures.
+/// 80 % of its fair share, and per-instance figures. With `--vegas-instances LIST` only the
+/// listed instances run the `--vegas-*` settings, and with `--reported-instances LIST` only they
+/// read the backend's reports: a fleet in the middle of a rollout.
 ///
 /// With `--host-noise-ms MS` (fleet and step scenarios), the host is noisy: every call whose
 /// service starts in the same 20 ms takes the same extra delay, drawn from an exponential
@@ -531,8 +535,49 @@ struct Args {
     /// the mean, a long tail to the right).
     #[arg(long, value_enum, default_value_t = SpreadShape::Uniform)]
     service_shape: SpreadShape,
+    /// Fleet scenario: only these instances take the `--vegas-*` settings, the others keep
+    /// Vegas's defaults, as in a fleet in the middle of a rollout (comma-separated indices in
+    /// start order: 0 starts first and leaves, the last one joins late).
+    #[arg(long, value_name = "LIST", value_delimiter = ',', requires = "fleet")]
+    vegas_instances: Option<Vec<usize>>,
+    /// Fleet scenario with --reported-queue: only these instances read the backend's reports
+    /// (comma-separated indices in start order); the others finish their permits with
+    /// `Permit::success`, as clients that do not read them.
+    #[arg(
+        long,
+        value_name = "LIST",
+        value_delimiter = ',',
+        requires = "fleet",
+        requires = "reported_queue"
+    )]
+    reported_instances: Option<Vec<usize>>,
     #[command(flatten)]
     vegas: VegasSettings,
+}
+
+impl Args {
+    /// Why the instance lists cannot be run, if they cannot: an index outside the fleet, or
+    /// `--vegas-instances` without a setting to apply.
+    fn check_instance_lists(&self) -> Result<(), String> {
+        let instances = usize::from(self.instances);
+        for (flag, list) in [
+            ("--vegas-instances", &self.vegas_instances),
+            ("--reported-instances", &self.reported_instances),
+        ] {
+            if let Some(&index) = list.iter().flatten().find(|&&index| index >= instances) {
+                return Err(format!(
+                    "{flag}: no instance {index} in a fleet of {instances} (indices 0 to {})",
+                    instances - 1
+                ));
+            }
+        }
+        if self.vegas_instances.is_some() && self.vegas == VegasSettings::default() {
+            return Err(
+                "--vegas-instances: no --vegas-* setting to apply to those instances".into(),
+            );
+        }
+        Ok(())
+    }
 }
 
 fn main() -> Result<(), Box<dyn Error>> {
@@ -547,8 +592,20 @@ fn main() -> Result<(), Box<dyn Error>> {
             )
             .exit();
     }
+    if let Err(refused) = args.check_instance_lists() {
+        Args::command()
+            .error(clap::error::ErrorKind::ValueValidation, refused)
+            .exit();
+    }
     if args.vegas != VegasSettings::default() {
-        println!("vegas: {}", args.vegas.describe());
+        match &args.vegas_instances {
+            None => println!("vegas: {}", args.vegas.describe()),
+            Some(on) => println!(
+                "vegas: {} on instances {} only, the defaults on the others",
+                args.vegas.describe(),
+                fleet::instance_list(on)
+            ),
+        }
     }
     let host_noise = Duration::from_secs_f64(args.host_noise_ms.unwrap_or(0.0) / 1e3);
     if args.step {
@@ -572,15 +629,18 @@ fn main() -> Result<(), Box<dyn Error>> {
             host_noise,
             jitter: args.service_jitter,
             shape: args.service_shape,
+            reports_read_by: args.reported_instances.clone(),
             ..fleet::FleetScenario::standard(usize::from(args.instances), args.seed)
         };
-        let reports = run_fleet(&scenario, &args.vegas)?;
+        let reports = run_fleet(&scenario, &args.vegas, args.vegas_instances.as_deref())?;
         fleet::print(&scenario, &reports);
         if let Some(vegas) = reports.iter().find(|r| r.name == "vegas") {
             fleet::print_instance_limits(vegas);
         }
         if args.json {
-            println!("{}", fleet::json(&scenario, &reports));
+            let mut json = fleet::json(&scenario, &reports);
+            json["vegas_instances"] = serde_json::json!(args.vegas_instances);
+            println!("{json}");
         }
         return Ok(());
     }
@@ -669,30 +729,39 @@ fn run_step(
         .collect()
 }
 
-/// Builds one algorithm per fleet instance.
-type Factory = Box<dyn Fn() -> Result<Box<dyn LimitAlgorithm>, Box<dyn Error>>>;
+/// Builds the algorithm of each fleet instance, given its index in start order.
+type Factory = Box<dyn Fn(usize) -> Result<Box<dyn LimitAlgorithm>, Box<dyn Error>>>;
 
 /// The limiters compared in the fleet scenario: every algorithm with its defaults (Vegas with
-/// `vegas`), and fixed limits of 1 (the limits add up to the worker count) and 4 per instance.
-fn fleet_limiters(vegas: &VegasSettings) -> Vec<(String, Factory)> {
-    let vegas = vegas.clone();
+/// `vegas`, on the instances of `vegas_on` only if given, the defaults on the others), and fixed
+/// limits of 1 (the limits add up to the worker count) and 4 per instance.
+fn fleet_limiters(vegas: &VegasSettings, vegas_on: Option<&[usize]>) -> Vec<(String, Factory)> {
+    let (vegas, vegas_on) = (vegas.clone(), vegas_on.map(<[usize]>::to_vec));
     vec![
         (
             "vegas".into(),
-            Box::new(move || Ok(Box::new(vegas.build()?) as _)),
+            Box::new(move |index| {
+                let applies = vegas_on.as_ref().is_none_or(|on| on.contains(&index));
+                let algorithm = if applies {
+                    vegas.build()?
+                } else {
+                    Vegas::new()
+                };
+                Ok(Box::new(algorithm) as _)
+            }),
         ),
-        ("aimd".into(), Box::new(|| Ok(Box::new(Aimd::new()) as _))),
+        ("aimd".into(), Box::new(|_| Ok(Box::new(Aimd::new()) as _))),
         (
             "gradient".into(),
-            Box::new(|| Ok(Box::new(Gradient::new()) as _)),
+            Box::new(|_| Ok(Box::new(Gradient::new()) as _)),
         ),
         (
             "fixed 1".into(),
-            Box::new(|| Ok(Box::new(Fixed::new(1)?) as _)),
+            Box::new(|_| Ok(Box::new(Fixed::new(1)?) as _)),
         ),
         (
             "fixed 4".into(),
-            Box::new(|| Ok(Box::new(Fixed::new(4)?) as _)),
+            Box::new(|_| Ok(Box::new(Fixed::new(4)?) as _)),
         ),
     ]
 }
@@ -700,8 +769,9 @@ fn fleet_limiters(vegas: &VegasSettings) -> Vec<(String, Factory)> {
 fn run_fleet(
     scenario: &fleet::FleetScenario,
     vegas: &VegasSettings,
+    vegas_on: Option<&[usize]>,
 ) -> Result<Vec<fleet::FleetReport>, Box<dyn Error>> {
-    fleet_limiters(vegas)
+    fleet_limiters(vegas, vegas_on)
         .into_iter()
         .map(|(name, factory)| fleet::simulate_fleet(scenario, name, &*factory))
         .collect()
@@ -807,7 +877,7 @@ mod tests {
         max_limit_sum: f64,
     ) -> Vec<fleet::FleetReport> {
         let (instances, seed) = (scenario.instances, scenario.seed);
-        let reports = run_fleet(&scenario, &VegasSettings::default()).unwrap();
+        let reports = run_fleet(&scenario, &VegasSettings::default(), None).unwrap();
         let by_name = |name: &str| reports.iter().find(|r| r.name == name).unwrap();
         let vegas = by_name("vegas");
         let context = format!("{instances} instances, seed {seed}");
@@ -981,7 +1051,7 @@ mod tests {
 
     /// The fleet `scenario` with one `vegas` per instance.
     fn simulate_vegas(scenario: &fleet::FleetScenario, vegas: Vegas) -> fleet::FleetReport {
-        fleet::simulate_fleet(scenario, "vegas".to_string(), &|| {
+        fleet::simulate_fleet(scenario, "vegas".to_string(), &|_| {
             Ok(Box::new(vegas.clone()))
         })
         .unwrap()
@@ -1151,5 +1221,110 @@ mod tests {
                 assert_eq!(vegas.timeouts, 0, "{context}");
             }
         }
+    }
+    /// The first instance's goodput while all were up, over its fair share.
+    fn first_share(report: &fleet::FleetReport) -> f64 {
+        let goodputs: Vec<f64> = report.instances.iter().map(|i| i.goodput_all_up).collect();
+        goodputs[0] / goodputs.iter().sum::<f64>() * goodputs.len() as f64
+    }
+
+    /// The `vegas` report of the fleet `scenario`, with `vegas` on the instances `on` only.
+    fn mixed_vegas(
+        scenario: &fleet::FleetScenario,
+        vegas: &VegasSettings,
+        on: Option<&[usize]>,
+    ) -> fleet::FleetReport {
+        let (name, factory) = fleet_limiters(vegas, on).remove(0);
+        assert_eq!(name, "vegas");
+        fleet::simulate_fleet(scenario, name, &*factory).unwrap()
+    }
+
+    /// In the middle of a rollout the instances of a fleet run different settings. The band is a
+    /// share of the RTT that every instance reads alike, so the instance with the wider band
+    /// holds its permits while the others cut: in front of 32 workers, the first instance at
+    /// `max_queue_share(0.2)` beside one at the default 0.1 takes 1.57-1.67 times its fair share
+    /// over these seeds (1.02-1.24 when both run the defaults; 1.36-1.79 over 100 seeds).
+    #[test]
+    fn the_instance_with_the_wider_band_takes_the_larger_share_of_a_mixed_fleet() {
+        let wider = VegasSettings {
+            max_queue_share: Some(0.2),
+            ..VegasSettings::default()
+        };
+        for seed in 1..=3 {
+            let scenario = fleet::FleetScenario {
+                workers: 32,
+                ..fleet::FleetScenario::standard(2, seed)
+            };
+            let alike = first_share(&mixed_vegas(&scenario, &VegasSettings::default(), None));
+            let mixed = first_share(&mixed_vegas(&scenario, &wider, Some(&[0])));
+            assert!(
+                alike <= 1.3,
+                "seed {seed}, the defaults on both: {alike:.2}"
+            );
+            assert!(
+                mixed >= 1.4,
+                "seed {seed}, the wider band on the first: {mixed:.2}"
+            );
+        }
+    }
+
+    /// An instance that reads the dependency's reports of its queue keeps a band that narrows as
+    /// a share of the RTT as its limit grows; beside one that does not read them, it is the one
+    /// that gives way: in front of 64 workers the first instance, the only one reading them,
+    /// holds 0.43-0.46 of its fair share over these seeds (0.98-1.03 when both read them;
+    /// 0.41-0.48 over 100 seeds).
+    #[test]
+    fn an_instance_that_reads_the_reports_gives_way_to_one_that_does_not() {
+        for seed in 1..=3 {
+            let scenario = |reports_read_by| fleet::FleetScenario {
+                workers: 64,
+                reported_queue: true,
+                reports_read_by,
+                ..fleet::FleetScenario::standard(2, seed)
+            };
+            let defaults = VegasSettings::default();
+            let both = first_share(&mixed_vegas(&scenario(None), &defaults, None));
+            let first = first_share(&mixed_vegas(&scenario(Some(vec![0])), &defaults, None));
+            assert!(
+                (0.9..=1.1).contains(&both),
+                "seed {seed}, both read: {both:.2}"
+            );
+            assert!(
+                first <= 0.6,
+                "seed {seed}, the first alone reads: {first:.2}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_instance_lists_name_instances_of_the_fleet_and_a_setting_to_apply() {
+        let check = |argv: &[&str]| {
+            let args = Args::try_parse_from([&["vegas_sim", "--fleet"], argv].concat()).unwrap();
+            args.check_instance_lists()
+        };
+        assert_eq!(
+            check(&["--vegas-instances", "0,3", "--vegas-alpha", "2"]),
+            Ok(())
+        );
+        assert_eq!(
+            check(&["--vegas-instances", "0,4", "--vegas-alpha", "2"]),
+            Err("--vegas-instances: no instance 4 in a fleet of 4 (indices 0 to 3)".into())
+        );
+        assert_eq!(
+            check(&[
+                "--instances",
+                "2",
+                "--reported-queue",
+                "--reported-instances",
+                "2"
+            ]),
+            Err("--reported-instances: no instance 2 in a fleet of 2 (indices 0 to 1)".into())
+        );
+        assert_eq!(
+            check(&["--vegas-instances", "1"]),
+            Err("--vegas-instances: no --vegas-* setting to apply to those instances".into())
+        );
+        let without_reports = ["vegas_sim", "--fleet", "--reported-instances", "0"];
+        assert!(Args::try_parse_from(without_reports).is_err());
     }
 }
