@@ -113,6 +113,11 @@ struct Cli {
     /// client each)
     #[arg(long = "in-process", requires = "fleet")]
     in_process: bool,
+    /// With --fleet: only these instances run the `--vegas-*` settings, the others flowguard's
+    /// defaults, as in a fleet in the middle of a rollout (comma-separated indices in start
+    /// order: 0 starts first and leaves, the last one joins late)
+    #[arg(long, value_name = "LIST", value_delimiter = ',', requires = "fleet")]
+    vegas_instances: Option<Vec<usize>>,
     #[command(flatten)]
     backend: BackendFlags,
     #[command(flatten)]
@@ -164,9 +169,10 @@ impl Cli {
         Args {
             backend_url: self.backend_url,
             backend: self.backend.config(),
-            fleet: self
-                .fleet
-                .map(|n| FleetConfig::standard(usize::from(n), self.seconds)),
+            fleet: self.fleet.map(|n| FleetConfig {
+                vegas_on: self.vegas_instances.clone(),
+                ..FleetConfig::standard(usize::from(n), self.seconds)
+            }),
             limiters: match (self.fleet, self.limiter.0.as_slice()) {
                 (Some(_), all) if all == LimiterKind::ALL => LimiterKind::FLEET.to_vec(),
                 (_, limiters) => limiters.to_vec(),
@@ -239,7 +245,7 @@ impl BackendProcess {
 
 /// The fleet run: every limiter in turn, in every instance, against a fresh backend (or the
 /// running one).
-async fn run_fleet(args: &Args, fleet: FleetConfig) -> Result<(), String> {
+async fn run_fleet(args: &Args, fleet: &FleetConfig) -> Result<(), String> {
     let mode = if args.in_process {
         FleetMode::InProcess
     } else {
@@ -282,6 +288,7 @@ async fn run_fleet(args: &Args, fleet: FleetConfig) -> Result<(), String> {
                 "seconds": args.client.seconds,
                 "overload": args.client.overload,
                 "vegas": args.client.vegas.describe(),
+                "vegas_instances": fleet.vegas_on,
             },
             // The backend this run started (none when it was given one with --backend).
             "backend": args.backend_url.is_none().then(|| args.backend.to_json()),
@@ -291,12 +298,22 @@ async fn run_fleet(args: &Args, fleet: FleetConfig) -> Result<(), String> {
     } else {
         machine.print();
         if args.client.vegas != VegasSettings::default() {
-            println!("flowguard's Vegas: {}", args.client.vegas.describe());
+            match &fleet.vegas_on {
+                None => println!("flowguard's Vegas: {}", args.client.vegas.describe()),
+                Some(on) => println!(
+                    "flowguard's Vegas: {} on instances {} only, the defaults on the others",
+                    args.client.vegas.describe(),
+                    on.iter()
+                        .map(usize::to_string)
+                        .collect::<Vec<_>>()
+                        .join(",")
+                ),
+            }
         }
         if args.backend_url.is_none() {
             println!("backend: {}", args.backend.describe());
         }
-        fleet::print(&fleet, &mode, &reports);
+        fleet::print(fleet, &mode, &reports);
     }
     Ok(())
 }
@@ -311,7 +328,8 @@ async fn run(args: Args) -> Result<(), String> {
         // Refused here, before a backend process is started only to refuse it.
         args.backend.check()?;
     }
-    if let Some(fleet) = args.fleet {
+    if let Some(fleet) = &args.fleet {
+        fleet.check_vegas_on(&args.client.vegas)?;
         return run_fleet(&args, fleet).await;
     }
     let load_before = machine::load_average();
@@ -489,6 +507,21 @@ mod tests {
                 .in_process
         );
         assert!(parse(&["--in-process"]).unwrap_err().contains("--fleet"));
+        let mixed = [
+            "--fleet",
+            "2",
+            "--vegas-instances",
+            "0",
+            "--vegas-max-queue-share",
+            "0.2",
+        ];
+        let fleet = parse(&mixed).unwrap().into_args().fleet.unwrap();
+        assert_eq!(fleet.vegas_on, Some(vec![0]));
+        assert!(
+            parse(&["--vegas-instances", "0"])
+                .unwrap_err()
+                .contains("--fleet")
+        );
         let args = InstanceArgs {
             backend: reqwest::Url::parse("http://127.0.0.1:8080/").unwrap(),
             index: 3,

@@ -41,9 +41,10 @@ use super::gate::{Gate, HttpCall, LimiterKind, Outcome};
 use super::instance::{self, InstanceArgs, InstanceLimits};
 use crate::fairness::{jain_index, time_to_share};
 use crate::fleet_report::{self, FleetReport, InstanceReport, percentile};
+use crate::vegas_settings::VegasSettings;
 
-/// The fleet's schedule.
-#[derive(Debug, Clone, Copy, PartialEq)]
+/// The fleet's schedule, and which instances run the `--vegas-*` settings.
+#[derive(Debug, Clone, PartialEq)]
 pub struct FleetConfig {
     /// Instances, at least 2.
     pub instances: usize,
@@ -53,6 +54,10 @@ pub struct FleetConfig {
     pub join_at: Duration,
     /// The first instance stops offering load here.
     pub leave_at: Duration,
+    /// The instances (by index in start order) that run flowguard's Vegas with the client's
+    /// settings; the others run its defaults, as in a fleet in the middle of a rollout. `None`:
+    /// every instance runs the settings.
+    pub vegas_on: Option<Vec<usize>>,
 }
 
 impl FleetConfig {
@@ -64,6 +69,37 @@ impl FleetConfig {
             stagger: Duration::from_secs(1),
             join_at: Duration::from_secs_f64(seconds / 3.0),
             leave_at: Duration::from_secs_f64(2.0 * seconds / 3.0),
+            vegas_on: None,
+        }
+    }
+
+    /// Why `vegas_on` cannot be run with `settings`, if it cannot: an index outside the fleet,
+    /// or no setting to apply.
+    pub fn check_vegas_on(&self, settings: &VegasSettings) -> Result<(), String> {
+        let Some(on) = &self.vegas_on else {
+            return Ok(());
+        };
+        if let Some(index) = on.iter().find(|&&index| index >= self.instances) {
+            return Err(format!(
+                "--vegas-instances: no instance {index} in a fleet of {} (indices 0 to {})",
+                self.instances,
+                self.instances - 1
+            ));
+        }
+        if *settings == VegasSettings::default() {
+            return Err(
+                "--vegas-instances: no --vegas-* setting to apply to those instances".into(),
+            );
+        }
+        Ok(())
+    }
+
+    /// The Vegas settings of instance `index`: `settings`, or the defaults if `vegas_on` leaves
+    /// it out.
+    pub fn vegas_of(&self, index: usize, settings: &VegasSettings) -> VegasSettings {
+        match &self.vegas_on {
+            Some(on) if !on.contains(&index) => VegasSettings::default(),
+            _ => settings.clone(),
         }
     }
 
@@ -147,7 +183,7 @@ const READY_BOUND: Duration = Duration::from_secs(60);
 pub async fn run(
     base: &reqwest::Url,
     kind: LimiterKind,
-    fleet: FleetConfig,
+    fleet: &FleetConfig,
     config: &ClientConfig,
     mode: &FleetMode,
 ) -> Result<FleetReport, String> {
@@ -184,10 +220,10 @@ async fn run_processes(
     exe: &Path,
     base: &reqwest::Url,
     kind: LimiterKind,
-    fleet: FleetConfig,
+    fleet: &FleetConfig,
     config: &ClientConfig,
 ) -> Result<FleetReport, String> {
-    let (backend, rate) = start_backend_run(base, &fleet, config).await?;
+    let (backend, rate) = start_backend_run(base, fleet, config).await?;
     // Until the run below, dropping `starting` (on an error) drops every child, which kills it
     // (`kill_on_drop`).
     let mut starting = Vec::with_capacity(fleet.instances);
@@ -203,7 +239,7 @@ async fn run_processes(
             seed: instance_seed(config.seed, index),
             wait_ms: config.wait.as_secs_f64() * 1e3,
             deadline_ms: config.deadline.as_secs_f64() * 1e3,
-            vegas: config.vegas.clone(),
+            vegas: fleet.vegas_of(index, &config.vegas),
         };
         let mut child = Command::new(exe)
             .arg(instance::SUBCOMMAND)
@@ -294,7 +330,7 @@ async fn run_processes(
         .map_err(|_| format!("the instances did not finish within {bound:?}"))??;
     let (offered, limits): (Vec<_>, Vec<_>) = lines.into_iter().flatten().unzip();
     let limits = merge_limits(&limits, config.seconds);
-    Ok(report(kind, &fleet, config, &backend, &offered, &limits))
+    Ok(report(kind, fleet, config, &backend, &offered, &limits))
 }
 
 /// The instances' own limit samples on one grid, every [`client::SAMPLE_EVERY`] from 0 until
@@ -328,20 +364,19 @@ fn merge_limits(each: &[InstanceLimits], seconds: f64) -> Vec<LimitSample> {
 async fn run_in_process(
     base: &reqwest::Url,
     kind: LimiterKind,
-    fleet: FleetConfig,
+    fleet: &FleetConfig,
     config: &ClientConfig,
 ) -> Result<FleetReport, String> {
     let work = base
         .join("work")
         .map_err(|e| format!("backend URL {base} + work: {e}"))?;
     let mut gates = Vec::with_capacity(fleet.instances);
-    for _ in 0..fleet.instances {
+    for index in 0..fleet.instances {
         let call = HttpCall::new(http_client()?, work.clone());
-        gates.push(Arc::new(
-            Gate::new(kind, call, config.wait, &config.vegas).await?,
-        ));
+        let vegas = fleet.vegas_of(index, &config.vegas);
+        gates.push(Arc::new(Gate::new(kind, call, config.wait, &vegas).await?));
     }
-    let (backend, rate) = start_backend_run(base, &fleet, config).await?;
+    let (backend, rate) = start_backend_run(base, fleet, config).await?;
     let start = Instant::now();
     let sampler = tokio::spawn(sample_limits(gates.clone(), start, config.seconds));
     let offers: Vec<_> = gates
@@ -368,7 +403,7 @@ async fn run_in_process(
     let limits = sampler
         .await
         .map_err(|e| format!("the limit sampler failed: {e}"))?;
-    Ok(report(kind, &fleet, config, &backend, &offered, &limits))
+    Ok(report(kind, fleet, config, &backend, &offered, &limits))
 }
 
 /// A sample of the limits: `(at, limit of each instance, None when it has no limiter)`.
@@ -554,6 +589,39 @@ pub fn print(fleet: &FleetConfig, mode: &FleetMode, reports: &[FleetReport]) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_settings_go_to_the_listed_instances_and_the_defaults_to_the_others() {
+        let wider = VegasSettings {
+            max_queue_share: Some(0.2),
+            ..VegasSettings::default()
+        };
+        let all = FleetConfig::standard(3, 30.0);
+        assert_eq!(all.check_vegas_on(&wider), Ok(()));
+        assert!((0..3).all(|index| all.vegas_of(index, &wider) == wider));
+        let mixed = FleetConfig {
+            vegas_on: Some(vec![0, 2]),
+            ..all.clone()
+        };
+        assert_eq!(mixed.check_vegas_on(&wider), Ok(()));
+        let each: Vec<_> = (0..3).map(|index| mixed.vegas_of(index, &wider)).collect();
+        assert_eq!(
+            each,
+            [wider.clone(), VegasSettings::default(), wider.clone()]
+        );
+        let outside = FleetConfig {
+            vegas_on: Some(vec![3]),
+            ..all.clone()
+        };
+        assert_eq!(
+            outside.check_vegas_on(&wider),
+            Err("--vegas-instances: no instance 3 in a fleet of 3 (indices 0 to 2)".into())
+        );
+        assert_eq!(
+            mixed.check_vegas_on(&VegasSettings::default()),
+            Err("--vegas-instances: no --vegas-* setting to apply to those instances".into())
+        );
+    }
 
     #[test]
     fn the_instances_limits_merge_on_one_grid() {

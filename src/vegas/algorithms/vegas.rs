@@ -495,8 +495,9 @@ enum Phase {
 ///
 /// Where the dependency reports its queue ([`Permit::success_queued`](crate::vegas::Permit::success_queued)),
 /// the spread does not enter the reading: 0.986x a fixed limit's goodput in the same socket run.
-/// Where it cannot, an instance that is alone, or one of few, in front of it can read longer
-/// windows and take a band as wide as the spread:
+/// Where it cannot, an instance that is alone, or one of few (with the same settings on every
+/// one: see "In a fleet"), in front of it can read longer windows and take a band as wide as
+/// the spread:
 /// `Vegas::builder().window_rounds(3.0).max_queue_share(0.3).alpha(10.0).beta(20.0)`. Windows of
 /// 3 rounds ([`VegasBuilder::window_rounds`]: 192 calls at 64 permits, rather than 32) scatter
 /// less, and the band of 15-30 % of the RTT covers what scatter is left. Alone in front of 64
@@ -689,6 +690,16 @@ enum Phase {
 /// Without reports none of this applies: read from an instance's own baseline, whose error is
 /// a few percent, the narrower band cut a lone instance far below the dependency's concurrency
 /// (`vegas_sim --slots 200`: 0.12 of the capacity served, against 0.99).
+///
+/// **The same settings on every instance.** The instances share evenly because each reads the
+/// same signal against the same band: an instance whose band is wider holds its permits while
+/// the others cut, and one that reads the reports, whose band narrows as its limit grows, gives
+/// way to one that does not. So `max_queue_share`, `alpha`, `beta`, `window_rounds` and the
+/// reading of the reports are settings of the fleet, and a rollout that changes them leaves the
+/// shares uneven until it ends: in `vegas_sim --fleet --instances 2 --workers 32
+/// --vegas-instances 0 --vegas-max-queue-share 0.2`, the first instance takes 1.64 times its
+/// fair share (the median over 100 seeds, each below Jain's index 0.95), and with
+/// `--reported-queue --reported-instances 0` it holds 0.59 of it.
 ///
 /// Measured in `vegas_sim --fleet` (4 workers at 10 ms, 3x overload, 2 to 8 instances, a late
 /// joiner and one leaving), in `overload --fleet 4` on real sockets, and alone in front of a
