@@ -118,6 +118,11 @@ struct Cli {
     /// order: 0 starts first and leaves, the last one joins late)
     #[arg(long, value_name = "LIST", value_delimiter = ',', requires = "fleet")]
     vegas_instances: Option<Vec<usize>>,
+    /// With --fleet: in the flowguard-queue arm, only these instances read the backend's queue
+    /// reports, the others run the flowguard arm, told not to read them, as in a rollout of a
+    /// version that reads them (comma-separated indices in start order)
+    #[arg(long, value_name = "LIST", value_delimiter = ',', requires = "fleet")]
+    reported_instances: Option<Vec<usize>>,
     #[command(flatten)]
     backend: BackendFlags,
     #[command(flatten)]
@@ -171,6 +176,7 @@ impl Cli {
             backend: self.backend.config(),
             fleet: self.fleet.map(|n| FleetConfig {
                 vegas_on: self.vegas_instances.clone(),
+                reports_read_by: self.reported_instances.clone(),
                 ..FleetConfig::standard(usize::from(n), self.seconds)
             }),
             limiters: match (self.fleet, self.limiter.0.as_slice()) {
@@ -289,6 +295,7 @@ async fn run_fleet(args: &Args, fleet: &FleetConfig) -> Result<(), String> {
                 "overload": args.client.overload,
                 "vegas": args.client.vegas.describe(),
                 "vegas_instances": fleet.vegas_on,
+                "reported_instances": fleet.reports_read_by,
             },
             // The backend this run started (none when it was given one with --backend).
             "backend": args.backend_url.is_none().then(|| args.backend.to_json()),
@@ -310,6 +317,17 @@ async fn run_fleet(args: &Args, fleet: &FleetConfig) -> Result<(), String> {
                 ),
             }
         }
+        if let Some(read_by) = &fleet.reports_read_by {
+            println!(
+                "{}: the reports read by instances {} only, the others told not to read them",
+                LimiterKind::FlowguardQueue.name(),
+                read_by
+                    .iter()
+                    .map(usize::to_string)
+                    .collect::<Vec<_>>()
+                    .join(",")
+            );
+        }
         if args.backend_url.is_none() {
             println!("backend: {}", args.backend.describe());
         }
@@ -329,7 +347,7 @@ async fn run(args: Args) -> Result<(), String> {
         args.backend.check()?;
     }
     if let Some(fleet) = &args.fleet {
-        fleet.check_vegas_on(&args.client.vegas)?;
+        fleet.check_instance_lists(&args.client.vegas, &args.limiters)?;
         return run_fleet(&args, fleet).await;
     }
     let load_before = machine::load_average();

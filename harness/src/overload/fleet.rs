@@ -58,6 +58,9 @@ pub struct FleetConfig {
     /// settings; the others run its defaults, as in a fleet in the middle of a rollout. `None`:
     /// every instance runs the settings.
     pub vegas_on: Option<Vec<usize>>,
+    /// In the `flowguard-queue` arm, the instances that read the backend's queue reports; the
+    /// others run the `flowguard` arm, told not to read them. `None`: every instance reads them.
+    pub reports_read_by: Option<Vec<usize>>,
 }
 
 impl FleetConfig {
@@ -70,28 +73,57 @@ impl FleetConfig {
             join_at: Duration::from_secs_f64(seconds / 3.0),
             leave_at: Duration::from_secs_f64(2.0 * seconds / 3.0),
             vegas_on: None,
+            reports_read_by: None,
         }
     }
 
-    /// Why `vegas_on` cannot be run with `settings`, if it cannot: an index outside the fleet,
-    /// or no setting to apply.
-    pub fn check_vegas_on(&self, settings: &VegasSettings) -> Result<(), String> {
-        let Some(on) = &self.vegas_on else {
-            return Ok(());
-        };
-        if let Some(index) = on.iter().find(|&&index| index >= self.instances) {
-            return Err(format!(
-                "--vegas-instances: no instance {index} in a fleet of {} (indices 0 to {})",
-                self.instances,
-                self.instances - 1
-            ));
+    /// Why the instance lists cannot be run with `settings` and `limiters`, if they cannot: an
+    /// index outside the fleet, `vegas_on` without a setting to apply, or `reports_read_by`
+    /// without the `flowguard-queue` arm.
+    pub fn check_instance_lists(
+        &self,
+        settings: &VegasSettings,
+        limiters: &[LimiterKind],
+    ) -> Result<(), String> {
+        for (flag, list) in [
+            ("--vegas-instances", &self.vegas_on),
+            ("--reported-instances", &self.reports_read_by),
+        ] {
+            if let Some(index) = list
+                .iter()
+                .flatten()
+                .find(|&&index| index >= self.instances)
+            {
+                return Err(format!(
+                    "{flag}: no instance {index} in a fleet of {} (indices 0 to {})",
+                    self.instances,
+                    self.instances - 1
+                ));
+            }
         }
-        if *settings == VegasSettings::default() {
+        if self.vegas_on.is_some() && *settings == VegasSettings::default() {
             return Err(
                 "--vegas-instances: no --vegas-* setting to apply to those instances".into(),
             );
         }
+        if self.reports_read_by.is_some() && !limiters.contains(&LimiterKind::FlowguardQueue) {
+            return Err(format!(
+                "--reported-instances: only the {} arm reads the reports, and --limiter leaves it out",
+                LimiterKind::FlowguardQueue.name()
+            ));
+        }
         Ok(())
+    }
+
+    /// The limiter of instance `index` in the arm `kind`: `flowguard` rather than
+    /// `flowguard-queue` where `reports_read_by` leaves the instance out.
+    pub fn kind_of(&self, index: usize, kind: LimiterKind) -> LimiterKind {
+        match &self.reports_read_by {
+            Some(read_by) if kind == LimiterKind::FlowguardQueue && !read_by.contains(&index) => {
+                LimiterKind::Flowguard
+            }
+            _ => kind,
+        }
     }
 
     /// The Vegas settings of instance `index`: `settings`, or the defaults if `vegas_on` leaves
@@ -231,7 +263,7 @@ async fn run_processes(
         let args = InstanceArgs {
             backend: base.clone(),
             index,
-            limiter: kind,
+            limiter: fleet.kind_of(index, kind),
             from_s: fleet.start_of(index).as_secs_f64(),
             until_s: fleet.stop_of(index, config.seconds).as_secs_f64(),
             seconds: config.seconds,
@@ -374,6 +406,7 @@ async fn run_in_process(
     for index in 0..fleet.instances {
         let call = HttpCall::new(http_client()?, work.clone());
         let vegas = fleet.vegas_of(index, &config.vegas);
+        let kind = fleet.kind_of(index, kind);
         gates.push(Arc::new(Gate::new(kind, call, config.wait, &vegas).await?));
     }
     let (backend, rate) = start_backend_run(base, fleet, config).await?;
@@ -597,13 +630,14 @@ mod tests {
             ..VegasSettings::default()
         };
         let all = FleetConfig::standard(3, 30.0);
-        assert_eq!(all.check_vegas_on(&wider), Ok(()));
+        assert_eq!(all.check_instance_lists(&wider, &[]), Ok(()));
         assert!((0..3).all(|index| all.vegas_of(index, &wider) == wider));
         let mixed = FleetConfig {
             vegas_on: Some(vec![0, 2]),
             ..all.clone()
         };
-        assert_eq!(mixed.check_vegas_on(&wider), Ok(()));
+        let arms = [LimiterKind::Flowguard, LimiterKind::FlowguardQueue];
+        assert_eq!(mixed.check_instance_lists(&wider, &arms), Ok(()));
         let each: Vec<_> = (0..3).map(|index| mixed.vegas_of(index, &wider)).collect();
         assert_eq!(
             each,
@@ -614,12 +648,49 @@ mod tests {
             ..all.clone()
         };
         assert_eq!(
-            outside.check_vegas_on(&wider),
+            outside.check_instance_lists(&wider, &arms),
             Err("--vegas-instances: no instance 3 in a fleet of 3 (indices 0 to 2)".into())
         );
         assert_eq!(
-            mixed.check_vegas_on(&VegasSettings::default()),
+            mixed.check_instance_lists(&VegasSettings::default(), &arms),
             Err("--vegas-instances: no --vegas-* setting to apply to those instances".into())
+        );
+    }
+
+    #[test]
+    fn only_the_listed_instances_of_the_queue_arm_read_the_reports() {
+        let fleet = FleetConfig {
+            reports_read_by: Some(vec![1]),
+            ..FleetConfig::standard(3, 30.0)
+        };
+        let queue = LimiterKind::FlowguardQueue;
+        let each: Vec<_> = (0..3).map(|index| fleet.kind_of(index, queue)).collect();
+        assert_eq!(
+            each,
+            [LimiterKind::Flowguard, queue, LimiterKind::Flowguard]
+        );
+        let fixed = LimiterKind::Fixed(1);
+        assert!((0..3).all(|index| fleet.kind_of(index, fixed) == fixed));
+        let defaults = VegasSettings::default();
+        assert_eq!(
+            fleet.check_instance_lists(&defaults, &[fixed, queue]),
+            Ok(())
+        );
+        assert_eq!(
+            fleet.check_instance_lists(&defaults, &[fixed]),
+            Err(
+                "--reported-instances: only the flowguard-queue arm reads the reports, and \
+                 --limiter leaves it out"
+                    .into()
+            )
+        );
+        let outside = FleetConfig {
+            reports_read_by: Some(vec![0, 5]),
+            ..fleet.clone()
+        };
+        assert_eq!(
+            outside.check_instance_lists(&defaults, &[queue]),
+            Err("--reported-instances: no instance 5 in a fleet of 3 (indices 0 to 2)".into())
         );
     }
 
