@@ -5,12 +5,15 @@
 //! ```text
 //! cargo run --release -p flowguard-harness --bin overload -- --seconds 20 --limiter all [--json]
 //! cargo run --release -p flowguard-harness --bin overload -- --fleet 4 --seconds 30 --step-at none [--in-process]
+//! cargo run --release -p flowguard-harness --bin overload -- --fleet 2 --seconds 30 --step-at none --workers 16 --limiter flowguard --vegas-instances 0 --vegas-max-queue-share 0.2
 //! ```
 //!
 //! With `--fleet N`, N instances share the backend, each with its own limiter and HTTP client, each
 //! in a client process of its own (this executable again, as the hidden `overload fleet-instance
 //! ...`), or with `--in-process` all in this one process (see `flowguard_harness::overload::fleet`
-//! and `flowguard_harness::overload::instance`).
+//! and `flowguard_harness::overload::instance`). `--vegas-instances LIST` gives the `--vegas-*`
+//! settings to the listed instances only, and `--reported-instances LIST` lets only those read the
+//! backend's reports in the `flowguard-queue` arm: a fleet in the middle of a rollout.
 //!
 //! Without `--backend URL` it starts a fresh backend process per limiter (itself, as
 //! `overload backend --port 0 ...`, so client and server never share a runtime) with the backend
@@ -57,7 +60,8 @@ use tokio::process::{Child, Command};
     name = "overload",
     override_usage = format!(
         "overload [--backend URL] [--limiter all|none,fixedN,flowguard,flowguard-queue,tower-acc] [--seconds S] \
-         [--overload X | --rate R] [--deadline-ms MS] [--wait-ms MS] [--seed N] [--json] [--fleet N [--in-process]] \
+         [--overload X | --rate R] [--deadline-ms MS] [--wait-ms MS] [--seed N] [--json] [--fleet N [--in-process] \
+         [--vegas-instances LIST] [--reported-instances LIST]] \
          [--workers N] [--service-ms S] [--step-at SEC|none] [--step-to MS] [--workers-to M] \
          [--queue own|layer [--max-waiting N]] [--vegas-window-rounds R] [--vegas-max-queue-share S] \
          [--vegas-alpha A] [--vegas-beta B] [--vegas-band-growth G]\n       \

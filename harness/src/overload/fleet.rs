@@ -43,7 +43,8 @@ use crate::fairness::{jain_index, time_to_share};
 use crate::fleet_report::{self, FleetReport, InstanceReport, percentile};
 use crate::vegas_settings::VegasSettings;
 
-/// The fleet's schedule, and which instances run the `--vegas-*` settings.
+/// The fleet's schedule, and the instances that run other settings than the rest, as in a
+/// rollout.
 #[derive(Debug, Clone, PartialEq)]
 pub struct FleetConfig {
     /// Instances, at least 2.
