@@ -6,6 +6,7 @@ pub mod fairness;
 pub mod fleet_report;
 pub mod naive;
 pub mod overload;
+pub mod rollout;
 pub mod service_spread;
 pub mod vegas_settings;
 

@@ -48,6 +48,7 @@ use flowguard_harness::overload::gate::LimiterKind;
 use flowguard_harness::overload::instance::{self, InstanceArgs};
 use flowguard_harness::overload::machine::{self, Machine};
 use flowguard_harness::overload::report::{self, Report, Targets};
+use flowguard_harness::rollout::{self, Rollout};
 use flowguard_harness::vegas_settings::VegasSettings;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
@@ -179,8 +180,10 @@ impl Cli {
             backend_url: self.backend_url,
             backend: self.backend.config(),
             fleet: self.fleet.map(|n| FleetConfig {
-                vegas_on: self.vegas_instances.clone(),
-                reports_read_by: self.reported_instances.clone(),
+                rollout: Rollout {
+                    vegas_on: self.vegas_instances.clone(),
+                    reports_read_by: self.reported_instances.clone(),
+                },
                 ..FleetConfig::standard(usize::from(n), self.seconds)
             }),
             limiters: match (self.fleet, self.limiter.0.as_slice()) {
@@ -298,8 +301,8 @@ async fn run_fleet(args: &Args, fleet: &FleetConfig) -> Result<(), String> {
                 "seconds": args.client.seconds,
                 "overload": args.client.overload,
                 "vegas": args.client.vegas.describe(),
-                "vegas_instances": fleet.vegas_on,
-                "reported_instances": fleet.reports_read_by,
+                "vegas_instances": fleet.rollout.vegas_on,
+                "reported_instances": fleet.rollout.reports_read_by,
             },
             // The backend this run started (none when it was given one with --backend).
             "backend": args.backend_url.is_none().then(|| args.backend.to_json()),
@@ -309,27 +312,20 @@ async fn run_fleet(args: &Args, fleet: &FleetConfig) -> Result<(), String> {
     } else {
         machine.print();
         if args.client.vegas != VegasSettings::default() {
-            match &fleet.vegas_on {
+            match &fleet.rollout.vegas_on {
                 None => println!("flowguard's Vegas: {}", args.client.vegas.describe()),
                 Some(on) => println!(
                     "flowguard's Vegas: {} on instances {} only, the defaults on the others",
                     args.client.vegas.describe(),
-                    on.iter()
-                        .map(usize::to_string)
-                        .collect::<Vec<_>>()
-                        .join(",")
+                    rollout::list(on)
                 ),
             }
         }
-        if let Some(read_by) = &fleet.reports_read_by {
+        if let Some(read_by) = &fleet.rollout.reports_read_by {
             println!(
                 "{}: the reports read by instances {} only, the others told not to read them",
                 LimiterKind::FlowguardQueue.name(),
-                read_by
-                    .iter()
-                    .map(usize::to_string)
-                    .collect::<Vec<_>>()
-                    .join(",")
+                rollout::list(read_by)
             );
         }
         if args.backend_url.is_none() {
@@ -351,7 +347,7 @@ async fn run(args: Args) -> Result<(), String> {
         args.backend.check()?;
     }
     if let Some(fleet) = &args.fleet {
-        fleet.check_instance_lists(&args.client.vegas, &args.limiters)?;
+        fleet.check_rollout(&args.client.vegas, &args.limiters)?;
         return run_fleet(&args, fleet).await;
     }
     let load_before = machine::load_average();
@@ -538,7 +534,7 @@ mod tests {
             "0.2",
         ];
         let fleet = parse(&mixed).unwrap().into_args().fleet.unwrap();
-        assert_eq!(fleet.vegas_on, Some(vec![0]));
+        assert_eq!(fleet.rollout.vegas_on, Some(vec![0]));
         assert!(
             parse(&["--vegas-instances", "0"])
                 .unwrap_err()

@@ -41,6 +41,7 @@ use super::gate::{Gate, HttpCall, LimiterKind, Outcome};
 use super::instance::{self, InstanceArgs, InstanceLimits};
 use crate::fairness::{jain_index, time_to_share};
 use crate::fleet_report::{self, FleetReport, InstanceReport, percentile};
+use crate::rollout::Rollout;
 use crate::vegas_settings::VegasSettings;
 
 /// The fleet's schedule, and the instances that run other settings than the rest, as in a
@@ -55,13 +56,10 @@ pub struct FleetConfig {
     pub join_at: Duration,
     /// The first instance stops offering load here.
     pub leave_at: Duration,
-    /// The instances (by index in start order) that run flowguard's Vegas with the client's
-    /// settings; the others run its defaults, as in a fleet in the middle of a rollout. `None`:
-    /// every instance runs the settings.
-    pub vegas_on: Option<Vec<usize>>,
-    /// In the `flowguard-queue` arm, the instances that read the backend's queue reports; the
-    /// others run the `flowguard` arm, told not to read them. `None`: every instance reads them.
-    pub reports_read_by: Option<Vec<usize>>,
+    /// The instances that run the client's Vegas settings (the others flowguard's defaults),
+    /// and those that read the backend's queue reports in the `flowguard-queue` arm (the others
+    /// run the `flowguard` arm, told not to read them).
+    pub rollout: Rollout,
 }
 
 impl FleetConfig {
@@ -73,66 +71,35 @@ impl FleetConfig {
             stagger: Duration::from_secs(1),
             join_at: Duration::from_secs_f64(seconds / 3.0),
             leave_at: Duration::from_secs_f64(2.0 * seconds / 3.0),
-            vegas_on: None,
-            reports_read_by: None,
+            rollout: Rollout::default(),
         }
     }
 
-    /// Why the instance lists cannot be run with `settings` and `limiters`, if they cannot: an
-    /// index outside the fleet, `vegas_on` without a setting to apply, or `reports_read_by`
-    /// without the `flowguard-queue` arm.
-    pub fn check_instance_lists(
+    /// Why the rollout cannot be run with `settings` and `limiters`, if it cannot: what
+    /// [`Rollout::check`] refuses, or `reports_read_by` without the `flowguard-queue` arm.
+    pub fn check_rollout(
         &self,
         settings: &VegasSettings,
         limiters: &[LimiterKind],
     ) -> Result<(), String> {
-        for (flag, list) in [
-            ("--vegas-instances", &self.vegas_on),
-            ("--reported-instances", &self.reports_read_by),
-        ] {
-            if let Some(index) = list
-                .iter()
-                .flatten()
-                .find(|&&index| index >= self.instances)
-            {
-                return Err(format!(
-                    "{flag}: no instance {index} in a fleet of {} (indices 0 to {})",
-                    self.instances,
-                    self.instances - 1
-                ));
-            }
-        }
-        if self.vegas_on.is_some() && *settings == VegasSettings::default() {
-            return Err(
-                "--vegas-instances: no --vegas-* setting to apply to those instances".into(),
-            );
-        }
-        if self.reports_read_by.is_some() && !limiters.contains(&LimiterKind::FlowguardQueue) {
+        self.rollout.check(self.instances, settings)?;
+        let queue = LimiterKind::FlowguardQueue;
+        if self.rollout.reports_read_by.is_some() && !limiters.contains(&queue) {
             return Err(format!(
                 "--reported-instances: only the {} arm reads the reports, and --limiter leaves it out",
-                LimiterKind::FlowguardQueue.name()
+                queue.name()
             ));
         }
         Ok(())
     }
 
     /// The limiter of instance `index` in the arm `kind`: `flowguard` rather than
-    /// `flowguard-queue` where `reports_read_by` leaves the instance out.
+    /// `flowguard-queue` where the rollout has the instance not read the reports.
     pub fn kind_of(&self, index: usize, kind: LimiterKind) -> LimiterKind {
-        match &self.reports_read_by {
-            Some(read_by) if kind == LimiterKind::FlowguardQueue && !read_by.contains(&index) => {
-                LimiterKind::Flowguard
-            }
-            _ => kind,
-        }
-    }
-
-    /// The Vegas settings of instance `index`: `settings`, or the defaults if `vegas_on` leaves
-    /// it out.
-    pub fn vegas_of(&self, index: usize, settings: &VegasSettings) -> VegasSettings {
-        match &self.vegas_on {
-            Some(on) if !on.contains(&index) => VegasSettings::default(),
-            _ => settings.clone(),
+        if kind == LimiterKind::FlowguardQueue && !self.rollout.reads_reports(index) {
+            LimiterKind::Flowguard
+        } else {
+            kind
         }
     }
 
@@ -272,7 +239,7 @@ async fn run_processes(
             seed: instance_seed(config.seed, index),
             wait_ms: config.wait.as_secs_f64() * 1e3,
             deadline_ms: config.deadline.as_secs_f64() * 1e3,
-            vegas: fleet.vegas_of(index, &config.vegas),
+            vegas: fleet.rollout.vegas_of(index, &config.vegas),
         };
         let mut child = Command::new(exe)
             .arg(instance::SUBCOMMAND)
@@ -406,7 +373,7 @@ async fn run_in_process(
     let mut gates = Vec::with_capacity(fleet.instances);
     for index in 0..fleet.instances {
         let call = HttpCall::new(http_client()?, work.clone());
-        let vegas = fleet.vegas_of(index, &config.vegas);
+        let vegas = fleet.rollout.vegas_of(index, &config.vegas);
         let kind = fleet.kind_of(index, kind);
         gates.push(Arc::new(Gate::new(kind, call, config.wait, &vegas).await?));
     }
@@ -625,43 +592,12 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_settings_go_to_the_listed_instances_and_the_defaults_to_the_others() {
-        let wider = VegasSettings {
-            max_queue_share: Some(0.2),
-            ..VegasSettings::default()
-        };
-        let all = FleetConfig::standard(3, 30.0);
-        assert_eq!(all.check_instance_lists(&wider, &[]), Ok(()));
-        assert!((0..3).all(|index| all.vegas_of(index, &wider) == wider));
-        let mixed = FleetConfig {
-            vegas_on: Some(vec![0, 2]),
-            ..all.clone()
-        };
-        let arms = [LimiterKind::Flowguard, LimiterKind::FlowguardQueue];
-        assert_eq!(mixed.check_instance_lists(&wider, &arms), Ok(()));
-        let each: Vec<_> = (0..3).map(|index| mixed.vegas_of(index, &wider)).collect();
-        assert_eq!(
-            each,
-            [wider.clone(), VegasSettings::default(), wider.clone()]
-        );
-        let outside = FleetConfig {
-            vegas_on: Some(vec![3]),
-            ..all.clone()
-        };
-        assert_eq!(
-            outside.check_instance_lists(&wider, &arms),
-            Err("--vegas-instances: no instance 3 in a fleet of 3 (indices 0 to 2)".into())
-        );
-        assert_eq!(
-            mixed.check_instance_lists(&VegasSettings::default(), &arms),
-            Err("--vegas-instances: no --vegas-* setting to apply to those instances".into())
-        );
-    }
-
-    #[test]
     fn only_the_listed_instances_of_the_queue_arm_read_the_reports() {
         let fleet = FleetConfig {
-            reports_read_by: Some(vec![1]),
+            rollout: Rollout {
+                reports_read_by: Some(vec![1]),
+                ..Rollout::default()
+            },
             ..FleetConfig::standard(3, 30.0)
         };
         let queue = LimiterKind::FlowguardQueue;
@@ -673,24 +609,25 @@ mod tests {
         let fixed = LimiterKind::Fixed(1);
         assert!((0..3).all(|index| fleet.kind_of(index, fixed) == fixed));
         let defaults = VegasSettings::default();
+        assert_eq!(fleet.check_rollout(&defaults, &[fixed, queue]), Ok(()));
         assert_eq!(
-            fleet.check_instance_lists(&defaults, &[fixed, queue]),
-            Ok(())
-        );
-        assert_eq!(
-            fleet.check_instance_lists(&defaults, &[fixed]),
+            fleet.check_rollout(&defaults, &[fixed]),
             Err(
                 "--reported-instances: only the flowguard-queue arm reads the reports, and \
                  --limiter leaves it out"
                     .into()
             )
         );
+        // The rollout's own checks (see `rollout`) come first.
         let outside = FleetConfig {
-            reports_read_by: Some(vec![0, 5]),
+            rollout: Rollout {
+                reports_read_by: Some(vec![0, 5]),
+                ..Rollout::default()
+            },
             ..fleet.clone()
         };
         assert_eq!(
-            outside.check_instance_lists(&defaults, &[queue]),
+            outside.check_rollout(&defaults, &[queue]),
             Err("--reported-instances: no instance 5 in a fleet of 3 (indices 0 to 2)".into())
         );
     }

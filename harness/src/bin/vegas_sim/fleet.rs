@@ -28,6 +28,8 @@ pub use flowguard_harness::fleet_report::{FleetReport, print_instance_limits};
 use rand::SeedableRng;
 use rand::rngs::SmallRng;
 
+use flowguard_harness::rollout::{self, Rollout};
+
 use crate::host_noise::{self, HostNoise};
 
 /// Backend, fleet and client settings.
@@ -57,10 +59,10 @@ pub struct FleetScenario {
     pub reported_queue: bool,
     /// Mean delay the host adds to every call of an epoch (zero: a quiet host).
     pub host_noise: Duration,
-    /// With `reported_queue`, the instances that read the reports (by index in start order;
-    /// `None`: all of them). The others finish their permits with `Permit::success`, as a client
-    /// that does not read them: a fleet in the middle of a rollout.
-    pub reports_read_by: Option<Vec<usize>>,
+    /// The instances that run the `vegas` arm's settings (the others Vegas's defaults) and,
+    /// with `reported_queue`, those that read the reports (the others finish their permits with
+    /// `Permit::success`, as clients that do not read them): a fleet in the middle of a rollout.
+    pub rollout: Rollout,
 }
 
 impl FleetScenario {
@@ -83,7 +85,7 @@ impl FleetScenario {
             seed,
             reported_queue: false,
             host_noise: Duration::ZERO,
-            reports_read_by: None,
+            rollout: Rollout::default(),
         }
     }
 
@@ -118,11 +120,7 @@ impl FleetScenario {
 
     /// Whether instance `index` reads the backend's reports of its queue.
     pub fn reads_reports(&self, index: usize) -> bool {
-        self.reported_queue
-            && self
-                .reports_read_by
-                .as_ref()
-                .is_none_or(|read_by| read_by.contains(&index))
+        self.reported_queue && self.rollout.reads_reports(index)
     }
 
     /// The span over which every instance is up and settled (1 s after the late join, until the
@@ -435,12 +433,12 @@ pub fn print(scenario: &FleetScenario, reports: &[FleetReport]) {
         scenario.max_wait,
         scenario.deadline,
         scenario.seed,
-        match (&scenario.reports_read_by, scenario.reported_queue) {
+        match (&scenario.rollout.reports_read_by, scenario.reported_queue) {
             (_, false) => String::new(),
             (None, true) => "; the backend reports each call's queue wait".into(),
             (Some(read_by), true) => format!(
                 "; the backend reports each call's queue wait, read by instances {} only",
-                instance_list(read_by)
+                rollout::list(read_by)
             ),
         },
         host_noise::describe(scenario.host_noise)
@@ -450,12 +448,6 @@ pub fn print(scenario: &FleetScenario, reports: &[FleetReport]) {
     fleet_report::print(reports);
 }
 
-/// Instance indices as a flag takes them: `0,2`.
-pub fn instance_list(indices: &[usize]) -> String {
-    let indices: Vec<String> = indices.iter().map(usize::to_string).collect();
-    indices.join(",")
-}
-
 /// The reports as JSON: the scenario, and each limiter's report (see [`FleetReport::to_json`]).
 pub fn json(scenario: &FleetScenario, reports: &[FleetReport]) -> serde_json::Value {
     serde_json::json!({
@@ -463,7 +455,8 @@ pub fn json(scenario: &FleetScenario, reports: &[FleetReport]) -> serde_json::Va
         "instances": scenario.instances,
         "seed": scenario.seed,
         "reported_queue": scenario.reported_queue,
-        "reports_read_by": scenario.reports_read_by,
+        "reports_read_by": scenario.rollout.reports_read_by,
+        "vegas_instances": scenario.rollout.vegas_on,
         "host_noise_ms": scenario.host_noise.as_secs_f64() * 1e3,
         "service_jitter": scenario.jitter,
         "service_shape": scenario.shape.name(),

@@ -22,11 +22,10 @@ use std::time::Duration;
 
 use clap::{CommandFactory, Parser};
 use flowguard::clock::ManualClock;
-use flowguard::vegas::{
-    Aimd, Fixed, Gradient, LimitAlgorithm, LimitBounds, Limiter, OwnedPermit, Vegas,
-};
+use flowguard::vegas::{Aimd, Fixed, Gradient, LimitAlgorithm, LimitBounds, Limiter, OwnedPermit};
 use flowguard_harness::cli::{above_zero, positive, spread};
 use flowguard_harness::exponential::unit_exponential;
+use flowguard_harness::rollout::Rollout;
 use rand::SeedableRng;
 use rand::rngs::SmallRng;
 
@@ -556,27 +555,12 @@ struct Args {
 }
 
 impl Args {
-    /// Why the instance lists cannot be run, if they cannot: an index outside the fleet, or
-    /// `--vegas-instances` without a setting to apply.
-    fn check_instance_lists(&self) -> Result<(), String> {
-        let instances = usize::from(self.instances);
-        for (flag, list) in [
-            ("--vegas-instances", &self.vegas_instances),
-            ("--reported-instances", &self.reported_instances),
-        ] {
-            if let Some(&index) = list.iter().flatten().find(|&&index| index >= instances) {
-                return Err(format!(
-                    "{flag}: no instance {index} in a fleet of {instances} (indices 0 to {})",
-                    instances - 1
-                ));
-            }
+    /// The instances of the fleet that run the `--vegas-*` settings and read the reports.
+    fn rollout(&self) -> Rollout {
+        Rollout {
+            vegas_on: self.vegas_instances.clone(),
+            reports_read_by: self.reported_instances.clone(),
         }
-        if self.vegas_instances.is_some() && self.vegas == VegasSettings::default() {
-            return Err(
-                "--vegas-instances: no --vegas-* setting to apply to those instances".into(),
-            );
-        }
-        Ok(())
     }
 }
 
@@ -592,18 +576,19 @@ fn main() -> Result<(), Box<dyn Error>> {
             )
             .exit();
     }
-    if let Err(refused) = args.check_instance_lists() {
+    let rollout = args.rollout();
+    if let Err(refused) = rollout.check(usize::from(args.instances), &args.vegas) {
         Args::command()
             .error(clap::error::ErrorKind::ValueValidation, refused)
             .exit();
     }
     if args.vegas != VegasSettings::default() {
-        match &args.vegas_instances {
+        match &rollout.vegas_on {
             None => println!("vegas: {}", args.vegas.describe()),
             Some(on) => println!(
                 "vegas: {} on instances {} only, the defaults on the others",
                 args.vegas.describe(),
-                fleet::instance_list(on)
+                flowguard_harness::rollout::list(on)
             ),
         }
     }
@@ -629,18 +614,16 @@ fn main() -> Result<(), Box<dyn Error>> {
             host_noise,
             jitter: args.service_jitter,
             shape: args.service_shape,
-            reports_read_by: args.reported_instances.clone(),
+            rollout,
             ..fleet::FleetScenario::standard(usize::from(args.instances), args.seed)
         };
-        let reports = run_fleet(&scenario, &args.vegas, args.vegas_instances.as_deref())?;
+        let reports = run_fleet(&scenario, &args.vegas)?;
         fleet::print(&scenario, &reports);
         if let Some(vegas) = reports.iter().find(|r| r.name == "vegas") {
             fleet::print_instance_limits(vegas);
         }
         if args.json {
-            let mut json = fleet::json(&scenario, &reports);
-            json["vegas_instances"] = serde_json::json!(args.vegas_instances);
-            println!("{json}");
+            println!("{}", fleet::json(&scenario, &reports));
         }
         return Ok(());
     }
@@ -733,22 +716,14 @@ fn run_step(
 type Factory = Box<dyn Fn(usize) -> Result<Box<dyn LimitAlgorithm>, Box<dyn Error>>>;
 
 /// The limiters compared in the fleet scenario: every algorithm with its defaults (Vegas with
-/// `vegas`, on the instances of `vegas_on` only if given, the defaults on the others), and fixed
+/// `vegas` on the instances the `rollout` gives them to, the defaults on the others), and fixed
 /// limits of 1 (the limits add up to the worker count) and 4 per instance.
-fn fleet_limiters(vegas: &VegasSettings, vegas_on: Option<&[usize]>) -> Vec<(String, Factory)> {
-    let (vegas, vegas_on) = (vegas.clone(), vegas_on.map(<[usize]>::to_vec));
+fn fleet_limiters(vegas: &VegasSettings, rollout: &Rollout) -> Vec<(String, Factory)> {
+    let (vegas, rollout) = (vegas.clone(), rollout.clone());
     vec![
         (
             "vegas".into(),
-            Box::new(move |index| {
-                let applies = vegas_on.as_ref().is_none_or(|on| on.contains(&index));
-                let algorithm = if applies {
-                    vegas.build()?
-                } else {
-                    Vegas::new()
-                };
-                Ok(Box::new(algorithm) as _)
-            }),
+            Box::new(move |index| Ok(Box::new(rollout.vegas_of(index, &vegas).build()?) as _)),
         ),
         ("aimd".into(), Box::new(|_| Ok(Box::new(Aimd::new()) as _))),
         (
@@ -769,9 +744,8 @@ fn fleet_limiters(vegas: &VegasSettings, vegas_on: Option<&[usize]>) -> Vec<(Str
 fn run_fleet(
     scenario: &fleet::FleetScenario,
     vegas: &VegasSettings,
-    vegas_on: Option<&[usize]>,
 ) -> Result<Vec<fleet::FleetReport>, Box<dyn Error>> {
-    fleet_limiters(vegas, vegas_on)
+    fleet_limiters(vegas, &scenario.rollout)
         .into_iter()
         .map(|(name, factory)| fleet::simulate_fleet(scenario, name, &*factory))
         .collect()
@@ -877,7 +851,7 @@ mod tests {
         max_limit_sum: f64,
     ) -> Vec<fleet::FleetReport> {
         let (instances, seed) = (scenario.instances, scenario.seed);
-        let reports = run_fleet(&scenario, &VegasSettings::default(), None).unwrap();
+        let reports = run_fleet(&scenario, &VegasSettings::default()).unwrap();
         let by_name = |name: &str| reports.iter().find(|r| r.name == name).unwrap();
         let vegas = by_name("vegas");
         let context = format!("{instances} instances, seed {seed}");
@@ -1228,13 +1202,9 @@ mod tests {
         goodputs[0] / goodputs.iter().sum::<f64>() * goodputs.len() as f64
     }
 
-    /// The `vegas` report of the fleet `scenario`, with `vegas` on the instances `on` only.
-    fn mixed_vegas(
-        scenario: &fleet::FleetScenario,
-        vegas: &VegasSettings,
-        on: Option<&[usize]>,
-    ) -> fleet::FleetReport {
-        let (name, factory) = fleet_limiters(vegas, on).remove(0);
+    /// The `vegas` report of the fleet `scenario`, with `vegas` where its rollout says.
+    fn mixed_vegas(scenario: &fleet::FleetScenario, vegas: &VegasSettings) -> fleet::FleetReport {
+        let (name, factory) = fleet_limiters(vegas, &scenario.rollout).remove(0);
         assert_eq!(name, "vegas");
         fleet::simulate_fleet(scenario, name, &*factory).unwrap()
     }
@@ -1251,12 +1221,16 @@ mod tests {
             ..VegasSettings::default()
         };
         for seed in 1..=3 {
-            let scenario = fleet::FleetScenario {
+            let scenario = |vegas_on| fleet::FleetScenario {
                 workers: 32,
+                rollout: Rollout {
+                    vegas_on,
+                    ..Rollout::default()
+                },
                 ..fleet::FleetScenario::standard(2, seed)
             };
-            let alike = first_share(&mixed_vegas(&scenario, &VegasSettings::default(), None));
-            let mixed = first_share(&mixed_vegas(&scenario, &wider, Some(&[0])));
+            let alike = first_share(&mixed_vegas(&scenario(None), &VegasSettings::default()));
+            let mixed = first_share(&mixed_vegas(&scenario(Some(vec![0])), &wider));
             assert!(
                 alike <= 1.3,
                 "seed {seed}, the defaults on both: {alike:.2}"
@@ -1279,12 +1253,15 @@ mod tests {
             let scenario = |reports_read_by| fleet::FleetScenario {
                 workers: 64,
                 reported_queue: true,
-                reports_read_by,
+                rollout: Rollout {
+                    reports_read_by,
+                    ..Rollout::default()
+                },
                 ..fleet::FleetScenario::standard(2, seed)
             };
             let defaults = VegasSettings::default();
-            let both = first_share(&mixed_vegas(&scenario(None), &defaults, None));
-            let first = first_share(&mixed_vegas(&scenario(Some(vec![0])), &defaults, None));
+            let both = first_share(&mixed_vegas(&scenario(None), &defaults));
+            let first = first_share(&mixed_vegas(&scenario(Some(vec![0])), &defaults));
             assert!(
                 (0.9..=1.1).contains(&both),
                 "seed {seed}, both read: {both:.2}"
@@ -1300,7 +1277,8 @@ mod tests {
     fn the_instance_lists_name_instances_of_the_fleet_and_a_setting_to_apply() {
         let check = |argv: &[&str]| {
             let args = Args::try_parse_from([&["vegas_sim", "--fleet"], argv].concat()).unwrap();
-            args.check_instance_lists()
+            args.rollout()
+                .check(usize::from(args.instances), &args.vegas)
         };
         assert_eq!(
             check(&["--vegas-instances", "0,3", "--vegas-alpha", "2"]),
