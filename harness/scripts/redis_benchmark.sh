@@ -4,7 +4,7 @@
 # Runs `redis-benchmark` with EVALSHA of src/gcra/redis/lone.lua, the script of a decision alone
 # (server time, cost 1, random keys)
 # at a given concurrency and prints requests/s: the ceiling a Rust client driving the same script
-# at the same concurrency should get close to (issue 3 target: >= 0.9x).
+# at the same concurrency should get close to (the goal: at least 0.9x).
 #
 #   harness/scripts/redis_benchmark.sh [-c 64] [-P 1] [-n 200000] [-r 100000] [--interval-us 1000] [--burst 1000]
 #                              [--threads N] [--repeat 3] [--host H --port P] [--compare [--seconds 3]] [--json]
