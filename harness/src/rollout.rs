@@ -48,6 +48,18 @@ impl Rollout {
         }
     }
 
+    /// `settings` as the runs print them, and on which instances where `vegas_on` lists them.
+    pub fn describe_vegas(&self, settings: &VegasSettings) -> String {
+        match &self.vegas_on {
+            None => settings.describe(),
+            Some(on) => format!(
+                "{} on instances {} only, the defaults on the others",
+                settings.describe(),
+                list(on)
+            ),
+        }
+    }
+
     /// Whether instance `index` reads the reports, where the run reads them.
     pub fn reads_reports(&self, index: usize) -> bool {
         names(self.reports_read_by.as_deref(), index)
@@ -92,6 +104,14 @@ mod tests {
         let reads: Vec<_> = (0..3).map(|index| mixed.reads_reports(index)).collect();
         assert_eq!(reads, [false, true, false]);
         assert_eq!(list(&[0, 2]), "0,2");
+        assert_eq!(all.describe_vegas(&wider), wider.describe());
+        assert_eq!(
+            mixed.describe_vegas(&wider),
+            format!(
+                "{} on instances 0,2 only, the defaults on the others",
+                wider.describe()
+            )
+        );
     }
 
     #[test]

@@ -312,14 +312,10 @@ async fn run_fleet(args: &Args, fleet: &FleetConfig) -> Result<(), String> {
     } else {
         machine.print();
         if args.client.vegas != VegasSettings::default() {
-            match &fleet.rollout.vegas_on {
-                None => println!("flowguard's Vegas: {}", args.client.vegas.describe()),
-                Some(on) => println!(
-                    "flowguard's Vegas: {} on instances {} only, the defaults on the others",
-                    args.client.vegas.describe(),
-                    rollout::list(on)
-                ),
-            }
+            println!(
+                "flowguard's Vegas: {}",
+                fleet.rollout.describe_vegas(&args.client.vegas)
+            );
         }
         if let Some(read_by) = &fleet.rollout.reports_read_by {
             println!(

@@ -583,14 +583,7 @@ fn main() -> Result<(), Box<dyn Error>> {
             .exit();
     }
     if args.vegas != VegasSettings::default() {
-        match &rollout.vegas_on {
-            None => println!("vegas: {}", args.vegas.describe()),
-            Some(on) => println!(
-                "vegas: {} on instances {} only, the defaults on the others",
-                args.vegas.describe(),
-                flowguard_harness::rollout::list(on)
-            ),
-        }
+        println!("vegas: {}", rollout.describe_vegas(&args.vegas));
     }
     let host_noise = Duration::from_secs_f64(args.host_noise_ms.unwrap_or(0.0) / 1e3);
     if args.step {
